@@ -1,0 +1,61 @@
+"""hyde-tutor: HyDE retrieval for pydantic-ai tutoring agents, on Qdrant, offline by default."""
+
+from __future__ import annotations
+
+from .analysis import KoreanAwareAnalyzer
+from .config import Settings
+from .documents import Document, point_id_for
+from .embedders import DenseEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder, UseEmbedder, make_dense_embedder
+from .errors import (
+    CollectionNotFoundError,
+    CorpusFormatError,
+    EmbedderError,
+    EmbedderMismatchError,
+    HydeTutorError,
+    QueryValidationError,
+    StoreLockedError,
+    StoreUnavailableError,
+)
+from .fusion import max_score_fusion, mean_vector, reciprocal_rank_fusion
+from .ingest import IngestReport, ingest_documents, ingest_file
+from .retriever import Retriever
+from .sparse import Bm25Encoder, SparseVec
+from .store import CollectionSpec, EdgeStore, Hit, QdrantClientStore, SearchRequest, VectorStore, open_store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Bm25Encoder",
+    "CollectionNotFoundError",
+    "CollectionSpec",
+    "CorpusFormatError",
+    "DenseEmbedder",
+    "Document",
+    "EdgeStore",
+    "EmbedderError",
+    "EmbedderMismatchError",
+    "Hit",
+    "HydeTutorError",
+    "IngestReport",
+    "KoreanAwareAnalyzer",
+    "OpenAIEmbedder",
+    "QdrantClientStore",
+    "QueryValidationError",
+    "Retriever",
+    "SearchRequest",
+    "SentenceTransformerEmbedder",
+    "Settings",
+    "SparseVec",
+    "StoreLockedError",
+    "StoreUnavailableError",
+    "UseEmbedder",
+    "VectorStore",
+    "ingest_documents",
+    "ingest_file",
+    "make_dense_embedder",
+    "max_score_fusion",
+    "mean_vector",
+    "open_store",
+    "point_id_for",
+    "reciprocal_rank_fusion",
+]

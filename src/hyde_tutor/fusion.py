@@ -1,0 +1,61 @@
+"""Pure rank-fusion functions over ranked lists of document ids.
+
+Used to fuse search channels (raw query, each hypothesis, ...) on the client
+side. Dense + sparse fusion inside one channel is done by Qdrant itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+
+def reciprocal_rank_fusion(
+    rankings: Sequence[Sequence[str]], k: int = 60, weights: Sequence[float] | None = None
+) -> list[tuple[str, float]]:
+    """Weighted RRF: ``score(d) = sum_i w_i / (k + rank_i(d))`` with ranks starting at 1.
+
+    Ties are broken by first appearance (earlier list, higher rank), so the result is deterministic.
+    """
+    if k < 1:
+        raise ValueError("RRF k must be >= 1")
+    if weights is None:
+        weights = [1.0] * len(rankings)
+    if len(weights) != len(rankings):
+        raise ValueError(f"got {len(weights)} weights for {len(rankings)} rankings")
+    scores: dict[str, float] = {}
+    for ranking, weight in zip(rankings, weights, strict=True):
+        for rank, doc_id in enumerate(dict.fromkeys(ranking), start=1):
+            scores[doc_id] = scores.get(doc_id, 0.0) + weight / (k + rank)
+    return sorted(scores.items(), key=lambda item: -item[1])
+
+
+def max_score_fusion(scored_lists: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[str, float]]:
+    """Deduplicate across lists keeping each document's highest score."""
+    best: dict[str, float] = {}
+    for scored in scored_lists:
+        for doc_id, score in scored:
+            if doc_id not in best or score > best[doc_id]:
+                best[doc_id] = score
+    return sorted(best.items(), key=lambda item: -item[1])
+
+
+def mean_vector(vectors: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
+    """Mean of (query + hypothesis) vectors, re-normalised: the HyDE paper's combination."""
+    matrix = np.asarray(vectors, dtype=np.float32)
+    if matrix.ndim != 2 or matrix.shape[0] == 0:
+        raise ValueError("mean_vector needs a non-empty 2-D array")
+    mean = matrix.mean(axis=0)
+    norm = float(np.linalg.norm(mean))
+    return mean / norm if norm > 0 else mean
+
+
+def channels_by_doc(rankings: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
+    """For each document, the names of the channels whose ranking contains it."""
+    found: dict[str, list[str]] = {}
+    for channel, ranking in rankings.items():
+        for doc_id in ranking:
+            if channel not in found.setdefault(doc_id, []):
+                found[doc_id].append(channel)
+    return {doc_id: tuple(chs) for doc_id, chs in found.items()}

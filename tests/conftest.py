@@ -1,0 +1,79 @@
+"""Shared fixtures. Fakes here (HashEmbedder) are for unit tests only."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hyde_tutor import Bm25Encoder, EdgeStore, KoreanAwareAnalyzer, QdrantClientStore, UseEmbedder
+from hyde_tutor.embedders import l2_normalise
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "data"
+
+
+class HashEmbedder:
+    """Deterministic bag-of-words embedder for fast unit tests (never used outside tests)."""
+
+    def __init__(self, dim: int = 64, name: str = "hash-test") -> None:
+        self.dim = dim
+        self.name = name
+        self.calls = 0
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls += 1
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in text.lower().split():
+                h = int.from_bytes(hashlib.md5(word.encode()).digest()[:4], "big")
+                out[row, h % self.dim] += 1.0
+            out[row, 0] += 1e-3  # never a zero vector
+        return l2_normalise(out)
+
+
+@pytest.fixture(scope="session")
+def analyzer() -> KoreanAwareAnalyzer:
+    return KoreanAwareAnalyzer()
+
+
+@pytest.fixture(scope="session")
+def bm25(analyzer: KoreanAwareAnalyzer) -> Bm25Encoder:
+    return Bm25Encoder(analyzer)
+
+
+@pytest.fixture(scope="session")
+def use_embedder() -> UseEmbedder:
+    return UseEmbedder(threads=2)
+
+
+@pytest.fixture()
+def hash_embedder() -> HashEmbedder:
+    return HashEmbedder()
+
+
+@pytest.fixture(params=["edge", "qdrant-client-local"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
+    """Both store backends, so every contract test runs on qdrant-edge and qdrant-client."""
+    if request.param == "edge":
+        s: object = EdgeStore(tmp_path / "edge")
+    else:
+        s = QdrantClientStore.local(str(tmp_path / "qdrant-local"))
+    yield s
+    s.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture()
+def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A clean working directory and data dir, with no HYDE_* or OpenAI settings leaking in."""
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("HYDE_") or key.startswith("OPENAI_"):
+            monkeypatch.delenv(key, raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HYDE_DATA_DIR", str(tmp_path / "data-dir"))
+    return tmp_path

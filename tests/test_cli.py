@@ -1,0 +1,112 @@
+"""The CLI contract other tools depend on (flags, exit codes, JSON shapes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hyde_tutor.cli import app
+
+from .conftest import DATA
+
+runner = CliRunner()
+
+
+def _invoke(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+@pytest.fixture()
+def small_corpus(isolated_env: Path) -> Path:
+    lines = (DATA / "grammar.jsonl").read_text(encoding="utf-8").splitlines()
+    wanted = [line for line in lines if json.loads(line)["id"] in {"g-b01", "g-b03", "g-a07", "g-d13", "g-d14", "g-c24"}]
+    path = isolated_env / "small.jsonl"
+    path.write_text("\n".join(wanted) + "\n", encoding="utf-8")
+    return path
+
+
+def test_ingest_then_search_json_contract(small_corpus: Path) -> None:
+    first = _invoke("ingest", "--collection", "grammar", "--file", str(small_corpus))
+    assert first.exit_code == 0, first.output
+    assert "6 written" in first.output
+    again = _invoke("ingest", "--collection", "grammar", "--file", str(small_corpus))
+    assert "0 written, 6 unchanged" in again.output
+
+    out = _invoke("search", "Как сказать, что я хочу поехать в Пусан?", "--collection", "grammar", "--top-k", "3", "--json")
+    assert out.exit_code == 0, out.output
+    rows = [json.loads(line) for line in out.output.splitlines() if line.startswith("{")]
+    assert len(rows) == 1
+    row = rows[0]
+    assert set(row) == {"query_id", "query", "used_hyde", "fallback_reason", "results"}
+    assert row["used_hyde"] is False and len(row["results"]) == 3
+    assert set(row["results"][0]) == {"id", "score", "payload"}
+    assert row["results"][0]["id"] == "g-b01"  # original id, not the point UUID
+    assert row["results"][0]["payload"]["pattern"] == "-고 싶다"
+
+
+def test_search_queries_file_beir_and_plain(small_corpus: Path, isolated_env: Path) -> None:
+    _invoke("ingest", "--collection", "grammar", "--file", str(small_corpus))
+    beir = isolated_env / "q.jsonl"
+    beir.write_text('{"_id": "qa", "text": "хочу поехать"}\n{"_id": "qb", "text": "не могу, но"}\n', encoding="utf-8")
+    plain = isolated_env / "q.txt"
+    plain.write_text("хочу поехать\n\nне могу\n", encoding="utf-8")
+    for path, ids in ((beir, ["qa", "qb"]), (plain, ["1", "3"])):
+        out = _invoke("search", "--queries-file", str(path), "--collection", "grammar", "--json", "--no-hyde")
+        assert out.exit_code == 0, out.output
+        rows = [json.loads(line) for line in out.output.splitlines() if line.startswith("{")]
+        assert [r["query_id"] for r in rows] == ids
+
+
+def test_search_errors_are_clear(isolated_env: Path) -> None:
+    missing = runner.invoke(app, ["search", "вопрос", "--collection", "nope"])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+    empty = runner.invoke(app, ["search", "   ", "--collection", "nope"])
+    assert empty.exit_code == 2 and "empty" in empty.output
+    neither = runner.invoke(app, ["search"])
+    assert neither.exit_code == 2
+
+
+def test_ingest_reports_malformed_lines_and_exits_nonzero(isolated_env: Path) -> None:
+    good = (DATA / "grammar.jsonl").read_text(encoding="utf-8").splitlines()[0]
+    path = isolated_env / "mixed.jsonl"
+    path.write_text(f"{good}\n{{broken\n\n{{\"id\": 1}}\n", encoding="utf-8")
+    out = runner.invoke(app, ["ingest", "--collection", "g", "--file", str(path)])
+    assert out.exit_code == 1
+    assert "line 2" in out.output and "line 4" in out.output and "1 written" in out.output
+    missing = runner.invoke(app, ["ingest", "--collection", "g", "--file", str(isolated_env / "none.jsonl")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+def test_eval_json_contract_auto_ingests(isolated_env: Path, small_corpus: Path) -> None:
+    ds = isolated_env / "beir"
+    (ds / "qrels").mkdir(parents=True)
+    runner.invoke(app, ["export-beir", "--file", str(small_corpus), "--out", str(ds / "corpus.jsonl")])
+    (ds / "queries.jsonl").write_text(
+        '{"_id": "q1", "text": "Как сказать, что я хочу есть?", "metadata": {"named": false}}\n'
+        '{"_id": "q2", "text": "Что значит -지만?", "metadata": {"named": true}}\n',
+        encoding="utf-8",
+    )
+    (ds / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tg-b01\t1\nq2\tg-a07\t1\n")
+    out = runner.invoke(app, ["eval", "--collection", "fresh", "--dataset", str(ds), "--arms", "raw,dense,sparse", "--json"])
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.output.strip().splitlines()[-1])
+    assert report["n_queries"] == 2
+    assert set(report["arms"]) == {"raw", "dense", "sparse"}
+    for metrics in report["arms"].values():
+        assert {"ndcg@10", "recall@5", "mrr@10", "recall@1", "recall@10", "precision@5"} <= set(metrics)
+        assert all(0.0 <= v <= 1.0 for v in metrics.values())
+    assert report["arms"]["sparse"]["recall@10"] == 1.0
+    assert set(report["groups"]["raw"]) == {"named", "unnamed"}
+    bad = runner.invoke(app, ["eval", "--collection", "fresh", "--dataset", str(ds), "--arms", "bogus"])
+    assert bad.exit_code == 2 and "Unknown arm" in bad.output
+
+
+def test_bench_runs_small(isolated_env: Path, small_corpus: Path) -> None:
+    out = runner.invoke(app, ["bench", "--sizes", "2000", "--corpus", str(small_corpus), "--json"])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.output.strip().splitlines()[-1])
+    assert rows["hybrid query p50 @ 2k"]["unit"] == "ms" and rows["hybrid query p50 @ 2k"]["value"] > 0
+    assert any(k.startswith("dense embed") for k in rows)

@@ -1,0 +1,35 @@
+import re
+
+from pydantic import BaseModel
+
+from hyde_tutor import Settings
+
+from .conftest import ROOT
+
+
+def _keys(model: type[BaseModel], prefix: str = "HYDE_") -> set[str]:
+    keys: set[str] = set()
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys |= _keys(ann, f"{prefix}{name.upper()}__")
+        else:
+            keys.add(f"{prefix}{name.upper()}")
+    return keys
+
+
+def test_env_example_documents_every_setting() -> None:
+    text = (ROOT / ".env.example").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^#?\s*(HYDE_[A-Z0-9_]+)=", text, flags=re.M))
+    assert listed == _keys(Settings)
+
+
+def test_nested_env_and_dotenv(isolated_env, monkeypatch) -> None:
+    monkeypatch.setenv("HYDE_QDRANT__URL", "http://qdrant:6333")
+    monkeypatch.setenv("HYDE_RETRIEVAL__RRF_K", "42")
+    (isolated_env / ".env").write_text("HYDE_DENSE__BATCH_SIZE=7\nHYDE_QDRANT__API_KEY=secret-key\n")
+    s = Settings()
+    assert s.qdrant.url == "http://qdrant:6333"
+    assert s.retrieval.rrf_k == 42 and s.dense.batch_size == 7
+    assert "secret-key" not in repr(s) and s.qdrant.api_key.get_secret_value() == "secret-key"
+    assert str(s.data_dir).endswith("data-dir")

@@ -1,0 +1,58 @@
+"""The bundled corpus and eval sets meet the spec and stay consistent."""
+
+import json
+
+from hyde_tutor.documents import to_beir_record
+from hyde_tutor.evaluation import load_beir
+from hyde_tutor.ingest import read_documents
+
+from .conftest import DATA
+
+LEVELS = {"TOPIK 1", "TOPIK 2", "TOPIK 3", "TOPIK 4"}
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_grammar_entries_have_required_fields() -> None:
+    entries = _lines(DATA / "grammar.jsonl")
+    assert len(entries) >= 150
+    assert len({e["id"] for e in entries}) == len(entries)
+    assert len({e["pattern"] for e in entries}) == len(entries)
+    for e in entries:
+        assert e["level"] in LEVELS, e["id"]
+        assert e["name_ru"] and len(e["explanation_ru"]) > 80, e["id"]
+        assert 1 <= len(e["examples"]) <= 3 and all(x["ko"] and x["ru"] for x in e["examples"]), e["id"]
+    levels = {e["level"] for e in entries}
+    assert levels == LEVELS
+
+
+def test_documents_cover_the_topics() -> None:
+    docs = _lines(DATA / "docs.jsonl")
+    assert len(docs) >= 40
+    topics = {d["topic"] for d in docs}
+    assert {"Частицы", "Стили вежливости", "Спряжение", "Гоноратив", "Произношение", "Методы изучения"} <= topics
+    assert all(len(d["content"]) >= 500 for d in docs)
+
+
+def test_eval_sets_are_consistent_and_mostly_unnamed() -> None:
+    total = unnamed = 0
+    for name in ("grammar", "docs"):
+        ds = load_beir(DATA / "eval" / name)
+        corpus_ids = {r["_id"] for r in _lines(DATA / "eval" / name / "corpus.jsonl")}
+        assert all(doc in corpus_ids for rel in ds.qrels.values() for doc in rel)
+        all_queries = _lines(DATA / "eval" / name / "queries.jsonl")
+        assert len(ds.queries) == len(all_queries)  # every query has labels
+        total += len(ds.queries)
+        unnamed += sum(q.group == "unnamed" for q in ds.queries)
+    assert total >= 120
+    assert unnamed * 2 >= total
+
+
+def test_beir_corpus_files_are_in_sync_with_the_data_files() -> None:
+    for name in ("grammar", "docs"):
+        docs, errors = read_documents(DATA / f"{name}.jsonl")
+        assert not errors
+        expected = [to_beir_record(d) for d in docs]
+        assert _lines(DATA / "eval" / name / "corpus.jsonl") == expected, f"run: hyde-tutor export-beir for {name}"

@@ -1,0 +1,47 @@
+import numpy as np
+import pytest
+
+from hyde_tutor.fusion import channels_by_doc, max_score_fusion, mean_vector, reciprocal_rank_fusion
+
+
+def test_rrf_hand_computed() -> None:
+    fused = dict(reciprocal_rank_fusion([["a", "b", "c"], ["b", "a"]], k=1))
+    assert fused["a"] == pytest.approx(1 / 2 + 1 / 3)
+    assert fused["b"] == pytest.approx(1 / 3 + 1 / 2)
+    assert fused["c"] == pytest.approx(1 / 4)
+
+
+def test_rrf_order_and_tie_break_is_deterministic() -> None:
+    fused = reciprocal_rank_fusion([["a", "b"], ["b", "a"]], k=60)
+    assert [d for d, _ in fused] == ["a", "b"]  # equal scores: first seen wins
+
+
+def test_rrf_weights_shift_the_winner() -> None:
+    rankings = [["dense1", "shared"], ["sparse1", "shared"]]
+    assert reciprocal_rank_fusion(rankings, k=1, weights=[3.0, 1.0])[0][0] == "dense1"
+    assert reciprocal_rank_fusion(rankings, k=1, weights=[1.0, 3.0])[0][0] == "sparse1"
+
+
+def test_rrf_ignores_duplicates_within_a_list_and_validates() -> None:
+    fused = dict(reciprocal_rank_fusion([["a", "a", "b"]], k=1))
+    assert fused["b"] == pytest.approx(1 / 3)
+    with pytest.raises(ValueError):
+        reciprocal_rank_fusion([["a"]], k=0)
+    with pytest.raises(ValueError):
+        reciprocal_rank_fusion([["a"]], weights=[1.0, 2.0])
+
+
+def test_max_score_keeps_highest() -> None:
+    fused = max_score_fusion([[("a", 0.2), ("b", 0.9)], [("a", 0.7)]])
+    assert fused == [("b", 0.9), ("a", 0.7)]
+
+
+def test_mean_vector_is_normalised_mean() -> None:
+    m = mean_vector([[1.0, 0.0], [0.0, 1.0]])
+    assert np.allclose(m, [2**-0.5, 2**-0.5])
+    with pytest.raises(ValueError):
+        mean_vector(np.zeros((0, 3)))
+
+
+def test_channels_by_doc() -> None:
+    assert channels_by_doc({"raw": ["a", "b"], "hyde:0": ["b"]}) == {"a": ("raw",), "b": ("raw", "hyde:0")}
