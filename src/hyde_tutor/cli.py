@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import Iterator
+from dataclasses import asdict, replace
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +18,7 @@ from .documents import iter_jsonl_documents
 from .errors import HydeTutorError
 from .evaluation import evaluate_arms, load_beir, report_json, report_table
 from .ingest import ingest_file
+from .hyde import HydeResult, HydeRetriever
 from .retriever import Retriever, SearchMode
 from .store import Hit
 
@@ -92,73 +95,161 @@ def _hit_line(rank: int, hit: Hit) -> str:
     return f"{rank:>2}. {hit.doc_id:<10} {hit.score:.4f}  {title}"
 
 
+def _hyde(settings: Settings | None = None) -> HydeRetriever:
+    try:
+        return HydeRetriever.from_settings(settings or Settings())
+    except HydeTutorError as exc:
+        _fail(str(exc))
+        raise  # unreachable
+
+
+async def _search_all(
+    hr: HydeRetriever, collection: str, texts: list[str], concurrency: int = 4, **kwargs: Any
+) -> list[HydeResult]:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(text: str) -> HydeResult:
+        async with gate:
+            return await hr.search(collection, text, **kwargs)
+
+    return list(await asyncio.gather(*(one(t) for t in texts)))
+
+
+def _result_json(qid: str, res: HydeResult, verbose: bool) -> dict[str, Any]:
+    line: dict[str, Any] = {
+        "query_id": qid, "query": res.query, "used_hyde": res.used_hyde, "fallback_reason": res.fallback_reason,
+        "results": [{"id": d.id, "score": round(d.score, 6), "payload": d.payload} for d in res.results],
+    }
+    if verbose:
+        line["hypotheses"] = [{"perspective": h.perspective, "text": h.text, "cached": h.cached} for h in res.hypotheses]
+        line["channels"] = {d.id: list(d.channels) for d in res.results}
+        line["timings_ms"] = {k: round(v, 1) for k, v in asdict(res.timings).items()}
+        line["usage"] = asdict(res.usage)
+    return line
+
+
 @app.command()
 def search(
     query: Annotated[str | None, typer.Argument(help="The learner's question.")] = None,
     collection: Annotated[str, typer.Option(help="Collection to search (bundled: grammar, docs).")] = "grammar",
     top_k: Annotated[int, typer.Option("--top-k", min=1, max=100)] = 5,
-    no_hyde: Annotated[bool, typer.Option("--no-hyde", help="Plain retrieval (the only mode until the HyDE engine lands).")] = False,
-    mode: Annotated[str, typer.Option(help="hybrid | dense | sparse")] = "hybrid",
+    hyde: Annotated[bool | None, typer.Option("--hyde/--no-hyde", help="Force HyDE on/off (default: HYDE_HYDE__ENABLED).")] = None,
+    hypotheses: Annotated[int | None, typer.Option("--hypotheses", min=1, max=8, help="Hypotheses per query.")] = None,
+    fusion: Annotated[str | None, typer.Option(help="rrf | max | mean (channel fusion).")] = None,
+    mode: Annotated[str, typer.Option(help="hybrid | dense | sparse (dense/sparse imply --no-hyde).")] = "hybrid",
     queries_file: Annotated[Path | None, typer.Option("--queries-file", help="BEIR queries.jsonl or one query per line.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per query per line.")] = False,
+    show_hypotheses: Annotated[bool, typer.Option("--show-hypotheses", help="Add hypotheses, channels, timings to --json.")] = False,
 ) -> None:
-    """Search a collection and print the results (or JSON lines)."""
+    """Search a collection (HyDE per settings or flags) and print results or JSON lines."""
     if (query is None) == (queries_file is None):
         _fail("Give either a QUERY or --queries-file.")
     if mode not in ("hybrid", "dense", "sparse"):
         _fail(f"--mode must be hybrid, dense or sparse, not {mode!r}.")
+    if fusion not in (None, "rrf", "max", "mean"):
+        _fail(f"--fusion must be rrf, max or mean, not {fusion!r}.")
     queries = _read_queries(queries_file) if queries_file else [("q1", query or "")]
+    if mode != "hybrid":
+        return _plain_search(queries, collection, top_k, mode, as_json)  # type: ignore[arg-type]
+    hr = _hyde()
+    try:
+        results = asyncio.run(_search_all(hr, collection, [q for _, q in queries], top_k=top_k, use_hyde=hyde,
+                                          n_hypotheses=hypotheses, fusion=fusion))
+    except HydeTutorError as exc:
+        _fail(str(exc))
+    finally:
+        hr.close()
+    for (qid, _), res in zip(queries, results, strict=True):
+        if as_json:
+            typer.echo(json.dumps(_result_json(qid, res, show_hypotheses), ensure_ascii=False))
+        else:
+            _print_result(qid, res)
+
+
+def _print_result(qid: str, res: HydeResult) -> None:
+    how = "HyDE" if res.used_hyde else f"raw (fallback: {res.fallback_reason})"
+    typer.echo(f"\n[{qid}] {res.query}  -> {how}, {res.timings.total_ms:.0f} ms")
+    for h in res.hypotheses:
+        typer.echo(f"   hypothesis [{h.perspective}]: {h.text[:160]}{'…' if len(h.text) > 160 else ''}")
+    for rank, d in enumerate(res.results, start=1):
+        typer.echo(_hit_line(rank, Hit(d.id, d.score, d.payload)) + f"   via {'+'.join(d.channels)}")
+    if not res.results:
+        typer.echo("   (no results)")
+
+
+def _plain_search(queries: list[tuple[str, str]], collection: str, top_k: int, mode: SearchMode, as_json: bool) -> None:
     with _retriever() as r:
         try:
-            results = r.search_many(collection, [q for _, q in queries], top_k, mode)  # type: ignore[arg-type]
+            results = r.search_many(collection, [q for _, q in queries], top_k, mode)
         except HydeTutorError as exc:
             _fail(str(exc))
     for (qid, text), hits in zip(queries, results, strict=True):
         if as_json:
-            line = {"query_id": qid, "query": text, "used_hyde": False, "fallback_reason": "disabled", "results": [_hit_json(h) for h in hits]}
+            line = {"query_id": qid, "query": text, "used_hyde": False, "fallback_reason": "disabled",
+                    "results": [_hit_json(h) for h in hits]}
             typer.echo(json.dumps(line, ensure_ascii=False))
         else:
             typer.echo(f"\n[{qid}] {text}  ({mode}, no HyDE)")
             for rank, hit in enumerate(hits, start=1):
                 typer.echo(_hit_line(rank, hit))
-            if not hits:
-                typer.echo("   (no results)")
+
+
+HYDE_ARMS = {"hyde": True, "hyde_only": False}  # arm -> include the raw channel in the fusion
 
 
 @app.command("eval")
 def evaluate(
     collection: Annotated[str, typer.Option(help="Collection to evaluate; ingested from DIR/corpus.jsonl if missing.")],
     dataset: Annotated[Path, typer.Option(help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv.")],
-    arms: Annotated[str, typer.Option(help="Comma-separated arms: raw (hybrid, configured fusion), rrf, dbsf, dense, sparse.")] = "raw",
+    arms: Annotated[str, typer.Option(help="Comma-separated: raw, rrf, dbsf, dense, sparse, hyde, hyde_only.")] = "raw",
     k: Annotated[int, typer.Option("--k", min=10, max=100, help="Retrieval depth (metrics use @1/5/10).")] = 10,
+    hypotheses: Annotated[int | None, typer.Option("--hypotheses", min=1, max=8)] = None,
+    fusion: Annotated[str | None, typer.Option(help="rrf | max | mean for the hyde arms.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N queries.")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Score retrieval arms with recall@1/5/10, precision@5, MRR@10 and nDCG@10."""
+    """Score arms on the same queries: recall@1/5/10, precision@5, MRR@10, nDCG@10, per query group."""
     names = [a.strip() for a in arms.split(",") if a.strip()]
-    unknown = [a for a in names if a not in RAW_ARMS]
+    unknown = [a for a in names if a not in RAW_ARMS and a not in HYDE_ARMS]
     if unknown or not names:
-        _fail(f"Unknown arm(s) {unknown or arms!r}; choose from {', '.join(RAW_ARMS)}.")
+        _fail(f"Unknown arm(s) {unknown or arms!r}; choose from {', '.join([*RAW_ARMS, *HYDE_ARMS])}.")
     try:
         data = load_beir(dataset)
     except HydeTutorError as exc:
         _fail(str(exc))
-    with _retriever() as r:
+    if limit:
+        data = replace(data, queries=data.queries[:limit])
+    hr = _hyde()
+    fallbacks: dict[str, dict[str, int]] = {}
+    try:
+        r = hr.retriever
         if collection not in r.store.list_collections():
             report = ingest_file(data.corpus_path, collection, r.store, r.dense, r.sparse, progress=not as_json)
             typer.echo(report.summary(), err=True)
-        try:
-            arm_fns = {a: _raw_arm(r, collection, k, *RAW_ARMS[a]) for a in names}
-            results = evaluate_arms(data, arm_fns)
-        except HydeTutorError as exc:
-            _fail(str(exc))
+        arm_fns: dict[str, Any] = {}
+        for a in names:
+            if a in RAW_ARMS:
+                arm_fns[a] = _raw_arm(r, collection, k, *RAW_ARMS[a])
+            else:
+                fallbacks[a] = {}
+                arm_fns[a] = _hyde_arm(hr, collection, k, HYDE_ARMS[a], hypotheses, fusion, fallbacks[a])
+        results = evaluate_arms(data, arm_fns)
+    except HydeTutorError as exc:
+        _fail(str(exc))
+    finally:
+        hr.close()
     if as_json:
-        typer.echo(json.dumps(report_json(results, len(data.queries)), ensure_ascii=False))
+        out = report_json(results, len(data.queries))
+        out["fallbacks"] = fallbacks
+        typer.echo(json.dumps(out, ensure_ascii=False))
         return
     counts: dict[str, int] = {}
     for q in data.queries:
         counts[q.group] = counts.get(q.group, 0) + 1
     typer.echo(f"{dataset} -> collection {collection!r}, {len(data.queries)} queries")
     typer.echo(report_table(results, counts))
+    for a, reasons in fallbacks.items():
+        typer.echo(f"{a}: fallbacks {reasons or 'none'}")
 
 
 def _raw_arm(r: Retriever, collection: str, k: int, mode: SearchMode, fusion: str | None):  # type: ignore[no-untyped-def]
@@ -170,21 +261,41 @@ def _raw_arm(r: Retriever, collection: str, k: int, mode: SearchMode, fusion: st
     return run
 
 
+def _hyde_arm(hr: HydeRetriever, collection: str, k: int, include_raw: bool, n: int | None, fusion: str | None,
+              fallbacks: dict[str, int]):  # type: ignore[no-untyped-def]
+    loop = asyncio.new_event_loop()  # one loop for all batches: HTTP clients stay bound to it
+
+    def run(texts):  # type: ignore[no-untyped-def]
+        results = loop.run_until_complete(_search_all(hr, collection, list(texts), top_k=k, use_hyde=True,
+                                                      n_hypotheses=n, fusion=fusion, include_raw=include_raw))
+        for res in results:
+            if res.fallback_reason:
+                fallbacks[res.fallback_reason] = fallbacks.get(res.fallback_reason, 0) + 1
+        return [[d.id for d in res.results] for res in results]
+
+    return run
+
+
 @app.command()
 def bench(
     sizes: Annotated[str, typer.Option(help="Comma-separated point counts for the latency test.")] = "10000,100000",
     corpus: Annotated[Path, typer.Option(help="Corpus used for embedding / ingest throughput.")] = Path("data/grammar.jsonl"),
+    llm_latency_ms: Annotated[float | None, typer.Option("--llm-latency-ms", min=0, help="Benchmark the HyDE pipeline with a simulated LLM of this latency instead.")] = None,
+    queries: Annotated[int, typer.Option(help="Queries per setting in the pipeline benchmark.")] = 9,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Embedding and ingest throughput; hybrid query latency p50/p95 at each size."""
+    """Throughput and latency benchmarks; with --llm-latency-ms, HyDE pipeline overhead vs ideal and sequential."""
     from .bench import format_rows, run_all
     from .embedders import make_dense_embedder
     from .sparse import Bm25Encoder
 
     settings = Settings()
-    docs = [p.document for p in iter_jsonl_documents(corpus) if p.document is not None]
+    docs = [p.document for p in iter_jsonl_documents(corpus)] if corpus.is_file() else []
+    docs = [d for d in docs if d is not None]
     if not docs:
         _fail(f"No documents in {corpus}.")
+    if llm_latency_ms is not None:
+        return _bench_pipeline(settings, corpus, llm_latency_ms, queries, as_json)
     try:
         n_sizes = [int(s) for s in sizes.split(",") if s.strip()]
     except ValueError:
@@ -198,6 +309,37 @@ def bench(
         typer.echo(json.dumps({r.name: {"value": round(r.value, 3), "unit": r.unit} for r in rows}, ensure_ascii=False))
     else:
         typer.echo(format_rows(rows))
+
+
+def _bench_pipeline(settings: Settings, corpus: Path, latency_ms: float, n_queries: int, as_json: bool) -> None:
+    from .bench import hyde_pipeline_bench
+    from .hypotheses import HypothesisGenerator, NoCache
+    from .simulated import simulated_model
+
+    model = simulated_model(latency_ms)
+    retriever = Retriever.from_settings(settings)
+    hyde_settings = settings.hyde.model_copy(update={"cache": "off", "timeout_s": max(30.0, latency_ms / 100)})
+    hr = HydeRetriever(
+        retriever,
+        lambda domain: HypothesisGenerator(model, "simulated", domain, cache=NoCache(), hyde=hyde_settings, llm=settings.llm),
+        hyde_settings,
+    )
+    collection = "bench_pipeline"
+    try:
+        ingest_file(corpus, collection, retriever.store, retriever.dense, retriever.sparse, progress=not as_json)
+        data = load_beir(Path("data/eval/grammar")) if Path("data/eval/grammar").is_dir() else None
+        texts = [q.text for q in data.queries[:n_queries]] if data else ["Как сказать, что я хочу пойти?"] * n_queries
+        out = hyde_pipeline_bench(hr, collection, texts, latency_ms)
+    except HydeTutorError as exc:
+        _fail(str(exc))
+    finally:
+        hr.close()
+    if not as_json:
+        typer.echo(f"simulated LLM latency {latency_ms:.0f} ms; ideal = one LLM call + embed + search = {out['ideal_ms']:.0f} ms")
+        for n in (1, 3, 8):
+            typer.echo(f"  concurrent N={n}: p50 {out[f'n{n}_p50_ms']:.0f} ms = {out[f'n{n}_over_ideal']:.2f}x ideal")
+        typer.echo(f"  sequential N=3: p50 {out['sequential_n3_p50_ms']:.0f} ms = {out['sequential_n3_over_ideal']:.2f}x ideal")
+    typer.echo(json.dumps({k: round(v, 3) for k, v in out.items()}))
 
 
 @app.command("export-beir")

@@ -76,6 +76,48 @@ class IndexSettings(BaseModel):
     indexing_threshold_kb: int = Field(10_000, ge=0, description="Segments above this size get an HNSW index.")
 
 
+class LLMSettings(BaseModel):
+    """Which LLM writes hypotheses (and drives the chat agent)."""
+
+    provider: Literal["auto", "openai", "openai-compatible", "local"] = Field(
+        "auto", description="auto: base_url set -> openai-compatible; OpenAI key -> openai; else local."
+    )
+    model: str = Field("gpt-4.1", description="Model name for OpenAI / the compatible server.")
+    base_url: str | None = Field(None, description="OpenAI-compatible server (Ollama, vLLM, llama.cpp server).")
+    api_key: SecretStr | None = Field(None, description="Key for the server (falls back to OPENAI_API_KEY).")
+    local_model: str = Field(
+        "qwen2.5-1.5b", description="Embedded GGUF: qwen2.5-1.5b | smollm2-135m | path to a .gguf file."
+    )
+    temperature: float = Field(0.7, ge=0, le=2, description="Sampling temperature for hypotheses.")
+    seed: int | None = Field(0, description="Sampling seed (None = random).")
+    max_tokens: int = Field(200, ge=8, le=4096, description="Token cap per hypothesis.")
+    n_ctx: int = Field(2048, ge=256, description="Context window of the embedded model.")
+    threads: int = Field(2, ge=1, le=64, description="CPU threads of the embedded model.")
+    startup_timeout_s: float = Field(120.0, gt=0, description="Wait this long for the embedded server to load.")
+
+
+class HydeSettings(BaseModel):
+    """The HyDE pipeline."""
+
+    enabled: bool = Field(True, description="Default for use_hyde when neither the call nor an experiment decides.")
+    n_hypotheses: int = Field(3, ge=1, le=8, description="Hypotheses per query, each from another perspective.")
+    hypothesis_length: int = Field(512, ge=32, le=8192, description="Characters per hypothesis after normalisation.")
+    exact_length: bool = Field(False, description="Pad hypotheses to exactly hypothesis_length.")
+    fusion: Literal["rrf", "max", "mean"] = Field("rrf", description="How raw and hypothesis channels are fused.")
+    rrf_k: int = Field(60, ge=1, description="RRF k across channels.")
+    raw_weight: float = Field(1.0, ge=0, description="RRF weight of the raw-query channel.")
+    hypothesis_weight: float = Field(1.0, ge=0, description="RRF weight of each hypothesis channel.")
+    timeout_s: float = Field(60.0, gt=0, description="Per-call timeout of hypothesis generation.")
+    cache: Literal["memory", "disk", "off"] = Field("memory", description="Hypothesis cache; disk = under data_dir.")
+    rerank: bool = Field(False, description="Rerank fused results with a CrossEncoder against the original query.")
+    reranker_model: str | None = Field(None, description="Local CrossEncoder folder (no weights ship offline).")
+    rerank_candidates: int = Field(20, ge=1, le=200, description="How many fused results the reranker sees.")
+    threshold_start: float = Field(0.0, ge=0, le=1, description="Relative score threshold to start from (0 = off).")
+    threshold_step: float = Field(0.1, gt=0, le=1, description="Step down by this much until enough results.")
+    threshold_floor: float = Field(0.0, ge=0, le=1, description="Never go below this relative threshold.")
+    threshold_min_results: int = Field(3, ge=1, description="Step the threshold down until this many results pass.")
+
+
 class Settings(BaseSettings):
     """All hyde-tutor settings. Create with ``Settings()`` to read env and ``.env``."""
 
@@ -94,3 +136,5 @@ class Settings(BaseSettings):
     sparse: SparseSettings = Field(default_factory=SparseSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     index: IndexSettings = Field(default_factory=IndexSettings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    hyde: HydeSettings = Field(default_factory=HydeSettings)

@@ -123,3 +123,13 @@ def to_beir_record(doc: Document) -> dict[str, str]:
     """BEIR corpus record whose ``title + "\\n" + text`` is exactly ``doc.text``."""
     title, _, body = doc.text.partition("\n")
     return {"_id": doc.id, "title": title, "text": body}
+
+
+def payload_text(payload: dict[str, Any]) -> str:
+    """Readable text of a stored payload (what a reranker or an agent reads)."""
+    if "pattern" in payload:
+        examples = " ".join(f"{e.get('ko', '')} — {e.get('ru', '')}" for e in payload.get("examples", []))
+        return f"{payload['pattern']} — {payload.get('name_ru', '')}. {payload.get('explanation_ru', '')} {examples}".strip()
+    if "content" in payload:
+        return f"{payload.get('topic', '')}: {payload.get('subtopic', '')}. {payload['content']}".strip()
+    return f"{payload.get('title', '')} {payload.get('text', '')}".strip()

@@ -1,0 +1,267 @@
+"""The HyDE retrieval pipeline.
+
+1. validate the query;  2. decide HyDE on/off (per-call flag > caller's decision > settings);
+3. raw-query channel and hypothesis generation run IN PARALLEL;
+4. all hypotheses embedded in one batch, all their hybrid searches in one batched store call;
+5. fuse channels (rrf | max | mean);  6. optional rerank against the original query, adaptive threshold;
+7. graceful fallback to the raw results with a recorded reason;  8. typed result with timings and usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from .config import HydeSettings, Settings
+from .documents import payload_text
+from .fusion import channels_by_doc, max_score_fusion, mean_vector, reciprocal_rank_fusion
+from .hypotheses import Domain, GenerationResult, Hypothesis, HypothesisGenerator, TokenUsage, make_cache
+from .rerank import CrossEncoderReranker, Reranker, adaptive_threshold
+from .retriever import EncodedQueries, Retriever
+from .sparse import SparseVec
+from .store import Hit
+from .validation import validate_query, validate_top_k
+
+FusionMode = Literal["rrf", "max", "mean"]
+FallbackReason = Literal["llm_error", "timeout", "empty_hypotheses", "no_results", "disabled"]
+RAW = "raw"
+DEFAULT_DOMAINS: dict[str, Domain] = {"grammar": "grammar", "docs": "docs"}
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievedDoc:
+    """One result: ORIGINAL document id, score, payload, and the channels that found it."""
+
+    id: str
+    score: float
+    payload: dict[str, Any]
+    channels: tuple[str, ...] = (RAW,)
+
+
+@dataclass(slots=True)
+class StageTimings:
+    """Milliseconds per stage. ``raw`` overlaps ``generate`` (they run in parallel)."""
+
+    raw_ms: float = 0.0
+    generate_ms: float = 0.0
+    embed_ms: float = 0.0
+    search_ms: float = 0.0
+    rerank_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+@dataclass(slots=True)
+class HydeResult:
+    query: str
+    collection: str
+    results: list[RetrievedDoc]
+    used_hyde: bool
+    fallback_reason: FallbackReason | None
+    hypotheses: list[Hypothesis] = field(default_factory=list)
+    timings: StageTimings = field(default_factory=StageTimings)
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    effective_threshold: float | None = None
+    errors: list[str] = field(default_factory=list)
+    fusion: str = "rrf"
+
+
+GeneratorFactory = Callable[[Domain], HypothesisGenerator]
+
+
+class HydeRetriever:
+    """HyDE on top of a :class:`Retriever`. Generators are created lazily, so plain searches never load an LLM."""
+
+    def __init__(
+        self,
+        retriever: Retriever,
+        generator_factory: GeneratorFactory,
+        settings: HydeSettings | None = None,
+        *,
+        reranker: Reranker | None = None,
+        domains: Mapping[str, Domain] | None = None,
+    ) -> None:
+        self.retriever = retriever
+        self.settings = settings or HydeSettings()
+        self.reranker = reranker
+        self.domains = dict(DEFAULT_DOMAINS if domains is None else domains)
+        self._factory = generator_factory
+        self._generators: dict[Domain, HypothesisGenerator] = {}
+        self.closers: list[Callable[[], None]] = []
+
+    @classmethod
+    def from_settings(cls, settings: Settings, retriever: Retriever | None = None) -> HydeRetriever:
+        """Wire everything from settings; the LLM backend starts on the first HyDE search."""
+        from .llm import make_llm
+
+        retriever = retriever or Retriever.from_settings(settings)
+        cache = make_cache(settings.hyde.cache, settings.data_dir)
+        backend_holder: list[Any] = []
+        instance: HydeRetriever
+
+        def factory(domain: Domain) -> HypothesisGenerator:
+            if not backend_holder:
+                backend = make_llm(settings)
+                backend_holder.append(backend)
+                instance.closers.append(backend.close)
+            backend = backend_holder[0]
+            return HypothesisGenerator(
+                backend.model, backend.name, domain, cache=cache, hyde=settings.hyde, llm=settings.llm,
+                extra_settings=backend.extra_settings,
+            )
+
+        reranker = CrossEncoderReranker(settings.hyde.reranker_model) if settings.hyde.rerank and settings.hyde.reranker_model else None
+        instance = cls(retriever, factory, settings.hyde, reranker=reranker)
+        return instance
+
+    def close(self) -> None:
+        for close in self.closers:
+            close()
+        self.retriever.close()
+
+    def generator(self, collection: str) -> HypothesisGenerator:
+        domain = self.domains.get(collection, "docs")
+        if domain not in self._generators:
+            self._generators[domain] = self._factory(domain)
+        return self._generators[domain]
+
+    # -- the pipeline ---------------------------------------------------------------------------
+    async def search(
+        self,
+        collection: str,
+        query: Any,
+        *,
+        top_k: int | None = None,
+        use_hyde: bool | None = None,
+        n_hypotheses: int | None = None,
+        fusion: FusionMode | None = None,
+        include_raw: bool = True,
+    ) -> HydeResult:
+        started = time.perf_counter()
+        text = validate_query(query, self.retriever.settings.max_query_chars)
+        top_k = validate_top_k(top_k if top_k is not None else self.retriever.settings.top_k)
+        fusion = fusion or self.settings.fusion
+        self.retriever.check_collection(collection)
+        depth = max(top_k, self.settings.rerank_candidates if self.reranker else top_k, 10)
+        use = self.settings.enabled if use_hyde is None else bool(use_hyde)
+
+        raw_task = asyncio.create_task(self._timed_raw(collection, text, depth))
+        if not use:
+            (raw_hits, raw_enc, raw_ms) = await raw_task
+            result = self._fallback(text, collection, raw_hits, "disabled", fusion)
+            result.timings.raw_ms = raw_ms
+            return await self._finish(result, text, top_k, started)
+
+        generated = await self._generate(collection, text, n_hypotheses)
+        raw_hits, raw_enc, raw_ms = await raw_task
+        result = await self._with_hypotheses(text, collection, raw_hits, raw_enc, generated, fusion, include_raw, depth)
+        result.timings.raw_ms = raw_ms
+        return await self._finish(result, text, top_k, started)
+
+    async def _generate(self, collection: str, text: str, n: int | None) -> GenerationResult:
+        try:
+            return await self.generator(collection).generate(text, n)
+        except Exception as exc:  # noqa: BLE001 - e.g. the LLM backend could not start
+            return GenerationResult(errors=[f"{type(exc).__name__}: {exc}"[:300]])
+
+    async def _timed_raw(self, collection: str, text: str, depth: int) -> tuple[list[Hit], EncodedQueries, float]:
+        t0 = time.perf_counter()
+        hits, enc = await asyncio.to_thread(self._raw_channel, collection, text, depth)
+        return hits, enc, (time.perf_counter() - t0) * 1000
+
+    def _raw_channel(self, collection: str, text: str, depth: int) -> tuple[list[Hit], EncodedQueries]:
+        enc = self.retriever.encode([text])
+        hits = self.retriever.store.search_batch(collection, [self.retriever.request(enc, 0, depth)])[0]
+        return hits, enc
+
+    async def _with_hypotheses(
+        self, text: str, collection: str, raw_hits: list[Hit], raw_enc: EncodedQueries,
+        gen: GenerationResult, fusion: FusionMode, include_raw: bool, depth: int,
+    ) -> HydeResult:
+        reason = gen.failure_reason
+        if reason is not None:
+            result = self._fallback(text, collection, raw_hits, reason, fusion)  # type: ignore[arg-type]
+        else:
+            t0 = time.perf_counter()
+            hyp_enc = await asyncio.to_thread(self.retriever.encode, [h.text for h in gen.hypotheses])
+            t1 = time.perf_counter()
+            channels = await asyncio.to_thread(self._hypothesis_channels, collection, gen.hypotheses, hyp_enc, raw_enc, fusion, depth)
+            t2 = time.perf_counter()
+            if include_raw:
+                channels = {RAW: raw_hits, **channels}
+            fused = self._fuse(channels, fusion)
+            if not fused:
+                result = self._fallback(text, collection, raw_hits, "no_results", fusion)
+            else:
+                result = HydeResult(text, collection, fused, True, None, fusion=fusion)
+            result.timings.embed_ms = (t1 - t0) * 1000
+            result.timings.search_ms = (t2 - t1) * 1000
+        result.hypotheses = gen.hypotheses
+        result.usage = gen.usage
+        result.errors = gen.errors + [f"timeout x{gen.timeouts}"] * bool(gen.timeouts)
+        result.timings.generate_ms = gen.seconds * 1000
+        return result
+
+    def _hypothesis_channels(
+        self, collection: str, hypotheses: Sequence[Hypothesis], hyp: EncodedQueries, raw: EncodedQueries,
+        fusion: FusionMode, depth: int,
+    ) -> dict[str, list[Hit]]:
+        r = self.retriever
+        if fusion == "mean":
+            dense = mean_vector(np.vstack([raw.dense, hyp.dense]))
+            merged = EncodedQueries(dense[None, :], [_merge_sparse([*raw.sparse, *hyp.sparse])])
+            return {"hyde:mean": r.store.search_batch(collection, [r.request(merged, 0, depth)])[0]}
+        requests = [r.request(hyp, i, depth) for i in range(len(hypotheses))]
+        found = r.store.search_batch(collection, requests)  # one batched call for all hypotheses
+        return {f"hyde:{h.perspective}": hits for h, hits in zip(hypotheses, found, strict=True)}
+
+    def _fuse(self, channels: Mapping[str, list[Hit]], fusion: FusionMode) -> list[RetrievedDoc]:
+        payloads: dict[str, dict[str, Any]] = {}
+        for hits in channels.values():
+            for h in hits:
+                payloads.setdefault(h.doc_id, h.payload)
+        found_by = channels_by_doc({name: [h.doc_id for h in hits] for name, hits in channels.items()})
+        if fusion == "rrf":
+            weights = [self.settings.raw_weight if n == RAW else self.settings.hypothesis_weight for n in channels]
+            ranked = reciprocal_rank_fusion([[h.doc_id for h in hits] for hits in channels.values()], self.settings.rrf_k, weights)
+        else:  # max (and mean, whose single hyde channel is deduplicated against raw the same way)
+            ranked = max_score_fusion([[(h.doc_id, h.score) for h in hits] for hits in channels.values()])
+        return [RetrievedDoc(d, s, payloads[d], found_by[d]) for d, s in ranked]
+
+    def _fallback(self, text: str, collection: str, raw_hits: list[Hit], reason: FallbackReason, fusion: str) -> HydeResult:
+        docs = [RetrievedDoc(h.doc_id, h.score, h.payload, (RAW,)) for h in raw_hits]
+        return HydeResult(text, collection, docs, False, reason, fusion=fusion)
+
+    async def _finish(self, result: HydeResult, text: str, top_k: int, started: float) -> HydeResult:
+        if self.reranker is not None and result.results:
+            t0 = time.perf_counter()
+            result.results = await asyncio.to_thread(self._rerank, text, result.results)
+            result.timings.rerank_ms = (time.perf_counter() - t0) * 1000
+        s = self.settings
+        threshold, kept = adaptive_threshold(
+            [d.score for d in result.results], min(top_k, s.threshold_min_results), s.threshold_start, s.threshold_step, s.threshold_floor
+        )
+        result.effective_threshold = threshold
+        result.results = result.results[: min(kept, top_k)]
+        result.timings.total_ms = (time.perf_counter() - started) * 1000
+        return result
+
+    def _rerank(self, query: str, docs: list[RetrievedDoc]) -> list[RetrievedDoc]:
+        assert self.reranker is not None
+        head = docs[: self.settings.rerank_candidates]
+        scores = self.reranker.scores(query, [payload_text(d.payload) for d in head])  # ORIGINAL query
+        order = sorted(range(len(head)), key=lambda i: -scores[i])
+        return [RetrievedDoc(head[i].id, scores[i], head[i].payload, head[i].channels) for i in order]
+
+
+def _merge_sparse(vectors: Sequence[SparseVec]) -> SparseVec:
+    weights: dict[int, float] = {}
+    for v in vectors:
+        for i, w in zip(v.indices, v.values, strict=True):
+            weights[i] = weights.get(i, 0.0) + w
+    items = sorted(weights.items())
+    return SparseVec(tuple(i for i, _ in items), tuple(w for _, w in items))

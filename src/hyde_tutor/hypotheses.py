@@ -1,0 +1,251 @@
+"""Domain hypothesis generators: N concurrent pydantic-ai calls, normalised, deduplicated, cached.
+
+A hypothesis is an answer-shaped passage in the corpus's own shape (a grammar entry, or a
+teaching text). It may be factually wrong; only its shape and vocabulary matter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from .config import HydeSettings, LLMSettings
+from .prompts import Perspective, Prompt, load_prompt, parse_perspectives
+
+Domain = Literal["grammar", "docs"]
+PROMPT_NAMES: dict[str, str] = {"grammar": "hypothesis_grammar", "docs": "hypothesis_docs"}
+MAX_HYPOTHESES = 8
+
+
+def normalise_length(text: str, length: int, exact: bool = False) -> str:
+    """Collapse whitespace; cut to at most ``length`` chars on a word boundary; pad with spaces if ``exact``."""
+    flat = " ".join(text.split())
+    if len(flat) > length:
+        head = flat[: length + 1]
+        cut = head.rfind(" ")
+        flat = (flat[:cut] if cut > 0 else flat[:length]).rstrip()
+    return flat.ljust(length) if exact else flat
+
+
+# -- cache ----------------------------------------------------------------------------------------
+
+class HypothesisCache(Protocol):
+    def get(self, key: str) -> str | None: ...
+
+    def set(self, key: str, value: str) -> None: ...
+
+
+def cache_key(model: str, prompt_ref: str, query: str, perspective: str) -> str:
+    blob = json.dumps([model, prompt_ref, query.strip(), perspective], ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class MemoryCache:
+    """Bounded LRU in memory; thread-safe."""
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        self._data: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+        self.max_entries = max_entries
+
+    def get(self, key: str) -> str | None:
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                return self._data[key]
+            return None
+
+    def set(self, key: str, value: str) -> None:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.max_entries:
+                self._data.popitem(last=False)
+
+
+class DiskCache:
+    """SQLite file cache (survives restarts: evaluation re-runs cost no LLM calls)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
+        self._db.execute("CREATE TABLE IF NOT EXISTS hypotheses (key TEXT PRIMARY KEY, text TEXT NOT NULL)")
+        self._db.commit()
+
+    def get(self, key: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT text FROM hypotheses WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set(self, key: str, value: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO hypotheses (key, text) VALUES (?, ?)", (key, value))
+            self._db.commit()
+
+
+class NoCache:
+    def get(self, key: str) -> str | None:
+        return None
+
+    def set(self, key: str, value: str) -> None:
+        return None
+
+
+def make_cache(kind: str, data_dir: Path) -> HypothesisCache:
+    if kind == "disk":
+        return DiskCache(data_dir / "cache" / "hypotheses.sqlite")
+    if kind == "off":
+        return NoCache()
+    return MemoryCache()
+
+
+# -- results --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Hypothesis:
+    text: str
+    perspective: str
+    cached: bool = False
+
+
+@dataclass(slots=True)
+class TokenUsage:
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def add(self, other: TokenUsage) -> None:
+        self.requests += other.requests
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+
+
+@dataclass(slots=True)
+class GenerationResult:
+    """Hypotheses that survived, plus what went wrong with the others."""
+
+    hypotheses: list[Hypothesis] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    timeouts: int = 0
+    empty: int = 0
+    duplicates: int = 0
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    seconds: float = 0.0
+
+    @property
+    def failure_reason(self) -> str | None:
+        """``timeout`` / ``llm_error`` / ``empty_hypotheses`` when nothing usable came back, else None."""
+        if self.hypotheses:
+            return None
+        if self.timeouts:
+            return "timeout"
+        if self.errors:
+            return "llm_error"
+        return "empty_hypotheses"
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    perspective: str
+    text: str | None = None
+    cached: bool = False
+    error: str | None = None
+    timed_out: bool = False
+    usage: TokenUsage = field(default_factory=TokenUsage)
+
+
+# -- generator ------------------------------------------------------------------------------------
+
+class HypothesisGenerator:
+    """Writes N hypotheses for a query concurrently, one per perspective, through a pydantic-ai agent."""
+
+    def __init__(
+        self,
+        model: Any,
+        model_name: str,
+        domain: Domain,
+        *,
+        prompt: Prompt | None = None,
+        perspectives: list[Perspective] | None = None,
+        cache: HypothesisCache | None = None,
+        hyde: HydeSettings | None = None,
+        llm: LLMSettings | None = None,
+        extra_settings: dict[str, Any] | None = None,
+    ) -> None:
+        from pydantic_ai import Agent
+        from pydantic_ai.settings import ModelSettings
+
+        self.domain = domain
+        self.model_name = model_name
+        self.prompt = prompt or load_prompt(PROMPT_NAMES[domain])
+        self.perspectives = perspectives or parse_perspectives(load_prompt("perspectives").text)
+        self.cache = cache or MemoryCache()
+        self.hyde = hyde or HydeSettings()
+        llm = llm or LLMSettings()
+        settings: dict[str, Any] = {"temperature": llm.temperature, "max_tokens": llm.max_tokens}
+        if llm.seed is not None:
+            settings["seed"] = llm.seed
+        settings.update(extra_settings or {})
+        self.agent = Agent(model, instructions=self.prompt.text, output_type=str, retries=0,
+                           model_settings=ModelSettings(**settings))  # type: ignore[typeddict-item]
+
+    def user_prompt(self, query: str, perspective: Perspective) -> str:
+        return f"Вопрос ученика: {query}\n\nУгол зрения: {perspective.instruction}"
+
+    async def generate(self, query: str, n: int | None = None, timeout_s: float | None = None) -> GenerationResult:
+        """Generate up to ``n`` hypotheses concurrently; never raises for model failures."""
+        n = max(1, min(n or self.hyde.n_hypotheses, MAX_HYPOTHESES, len(self.perspectives)))
+        timeout = timeout_s if timeout_s is not None else self.hyde.timeout_s
+        started = time.perf_counter()
+        outcomes = await asyncio.gather(*(self._one(query, p, timeout) for p in self.perspectives[:n]))
+        result = GenerationResult(seconds=time.perf_counter() - started)
+        seen: set[str] = set()
+        for out in outcomes:
+            result.usage.add(out.usage)
+            if out.timed_out:
+                result.timeouts += 1
+            elif out.error is not None:
+                result.errors.append(f"{out.perspective}: {out.error}")
+            else:
+                self._keep(out, result, seen)
+        return result
+
+    def _keep(self, out: _Outcome, result: GenerationResult, seen: set[str]) -> None:
+        text = normalise_length(out.text or "", self.hyde.hypothesis_length, self.hyde.exact_length)
+        fingerprint = " ".join(text.lower().split())
+        if not fingerprint:
+            result.empty += 1
+        elif fingerprint in seen:
+            result.duplicates += 1
+        else:
+            seen.add(fingerprint)
+            result.hypotheses.append(Hypothesis(text, out.perspective, out.cached))
+
+    async def _one(self, query: str, perspective: Perspective, timeout: float) -> _Outcome:
+        key = cache_key(self.model_name, self.prompt.ref, query, perspective.name)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return _Outcome(perspective.name, cached, cached=True)
+        try:
+            run = await asyncio.wait_for(self.agent.run(self.user_prompt(query, perspective)), timeout)
+        except (asyncio.TimeoutError, TimeoutError):
+            return _Outcome(perspective.name, timed_out=True)
+        except Exception as exc:  # noqa: BLE001 - any backend failure becomes a recorded reason
+            return _Outcome(perspective.name, error=f"{type(exc).__name__}: {exc}"[:300])
+        usage = run.usage
+        text = str(run.output or "")
+        if text.strip():
+            self.cache.set(key, text)
+        return _Outcome(
+            perspective.name, text,
+            usage=TokenUsage(usage.requests, usage.input_tokens or 0, usage.output_tokens or 0),
+        )
