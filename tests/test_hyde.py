@@ -1,0 +1,211 @@
+"""The HyDE pipeline: parallel channels, fusion modes, fallbacks, rerank, threshold, result shape."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from pydantic_ai.messages import ModelResponse, TextPart
+from pydantic_ai.models.function import FunctionModel
+
+from hyde_tutor import EdgeStore, QueryValidationError
+from hyde_tutor.config import HydeSettings
+from hyde_tutor.hyde import HydeRetriever
+from hyde_tutor.hypotheses import HypothesisGenerator, MemoryCache
+from hyde_tutor.ingest import ingest_documents
+from hyde_tutor.rerank import adaptive_threshold
+from hyde_tutor.retriever import Retriever
+from hyde_tutor.store import Hit
+
+from .test_store import DOCS
+
+WANT_TO = "Конструкция: -고 싶다 желание хотеть. Пример: 가고 싶어요."
+
+
+def _text_model(text_for=lambda prompt: WANT_TO, delay: float = 0.0, log: list | None = None):
+    async def fn(messages, info):
+        prompt = str(messages[-1].parts[-1].content)
+        start = time.perf_counter()
+        await asyncio.sleep(delay)
+        if log is not None:
+            log.append((start, time.perf_counter()))
+        result = text_for(prompt)
+        if isinstance(result, Exception):
+            raise result
+        return ModelResponse(parts=[TextPart(result)])
+
+    return FunctionModel(fn)
+
+
+@pytest.fixture()
+def retriever(tmp_path: Path, hash_embedder, bm25):
+    store = EdgeStore(tmp_path / "edge")
+    ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
+    r = Retriever(store, hash_embedder, bm25)
+    yield r
+    r.close()
+
+
+def _hyde(retriever, model, **settings) -> HydeRetriever:
+    hs = HydeSettings(**{"n_hypotheses": 2, "timeout_s": 2.0, **settings})
+    return HydeRetriever(retriever, lambda domain: HypothesisGenerator(model, "fake", domain, cache=MemoryCache(), hyde=hs), hs)
+
+
+def test_hyde_search_result_shape(retriever) -> None:
+    hr = _hyde(retriever, _text_model(lambda p: WANT_TO + p[-12:]))
+    res = asyncio.run(hr.search("grammar", "Как сказать про мечту поехать?", top_k=3))
+    assert res.used_hyde and res.fallback_reason is None
+    assert len(res.hypotheses) == 2 and res.results[0].id == "g1"
+    assert "raw" in res.results[0].channels or any(c.startswith("hyde:") for c in res.results[0].channels)
+    assert any(c.startswith("hyde:") for d in res.results for c in d.channels)
+    t = res.timings
+    assert t.total_ms >= t.generate_ms > 0 and t.embed_ms > 0 and t.search_ms > 0 and t.raw_ms > 0
+    assert res.usage.requests == 2
+    assert len(res.results) <= 3
+
+
+def test_raw_channel_runs_while_hypotheses_are_generated(retriever) -> None:
+    log: list = []
+    hr = _hyde(retriever, _text_model(delay=0.3, log=log))
+    raw_calls: list[float] = []
+    original = retriever.store.search_batch
+
+    def spy(name, requests):
+        raw_calls.append(time.perf_counter())
+        return original(name, requests)
+
+    retriever.store.search_batch = spy  # type: ignore[method-assign]
+    asyncio.run(hr.search("grammar", "хочу", top_k=2))
+    generation_end = min(end for _, end in log)
+    assert raw_calls[0] < generation_end  # raw search finished before any hypothesis came back
+    assert len(raw_calls) == 2  # one raw call + ONE batched call for all hypotheses
+
+
+@pytest.mark.parametrize(
+    ("model_text", "reason"),
+    [
+        (lambda p: ConnectionError("connection refused"), "llm_error"),
+        (lambda p: "", "empty_hypotheses"),
+    ],
+)
+def test_fallbacks_return_raw_results(retriever, model_text, reason) -> None:
+    hr = _hyde(retriever, _text_model(model_text))
+    res = asyncio.run(hr.search("grammar", "хотеть 가고 싶어요", top_k=2))
+    assert (res.used_hyde, res.fallback_reason) == (False, reason)
+    assert res.results and res.results[0].id == "g1" and res.results[0].channels == ("raw",)
+
+
+def test_timeout_falls_back(retriever) -> None:
+    hr = _hyde(retriever, _text_model(delay=5), timeout_s=0.2)
+    res = asyncio.run(hr.search("grammar", "хотеть", top_k=2))
+    assert res.fallback_reason == "timeout" and res.results
+
+
+def test_llm_backend_that_cannot_start_falls_back(retriever) -> None:
+    def broken(domain):
+        raise RuntimeError("llama server failed to start")
+
+    hr = HydeRetriever(retriever, broken, HydeSettings())
+    res = asyncio.run(hr.search("grammar", "хотеть", top_k=2))
+    assert res.fallback_reason == "llm_error" and "failed to start" in res.errors[0] and res.results
+
+
+def test_no_hyde_results_falls_back(retriever) -> None:
+    original = retriever.store.search_batch
+
+    def empty_for_hypotheses(name, requests):
+        return original(name, requests) if len(requests) == 1 else [[] for _ in requests]
+
+    retriever.store.search_batch = empty_for_hypotheses  # type: ignore[method-assign]
+    hr = _hyde(retriever, _text_model(lambda p: WANT_TO + p[-8:]))
+    res = asyncio.run(hr.search("grammar", "хотеть", top_k=2, include_raw=False))
+    assert res.fallback_reason == "no_results" and res.results[0].channels == ("raw",)
+
+
+def test_disabled_and_precedence(retriever) -> None:
+    calls = []
+    model = _text_model(lambda p: calls.append(p) or WANT_TO + p[-5:])
+    off_by_default = _hyde(retriever, model, enabled=False)
+    res = asyncio.run(off_by_default.search("grammar", "хотеть"))
+    assert (res.used_hyde, res.fallback_reason, calls) == (False, "disabled", [])
+    forced = asyncio.run(off_by_default.search("grammar", "хотеть", use_hyde=True))
+    assert forced.used_hyde and calls
+    on_by_default = _hyde(retriever, model, enabled=True)
+    assert asyncio.run(on_by_default.search("grammar", "хотеть", use_hyde=False)).fallback_reason == "disabled"
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "max", "mean"])
+def test_every_fusion_mode_runs(retriever, fusion) -> None:
+    hr = _hyde(retriever, _text_model(lambda p: WANT_TO + p[-8:]))
+    res = asyncio.run(hr.search("grammar", "мечтаю поехать", top_k=3, fusion=fusion))
+    assert res.used_hyde and res.fusion == fusion and res.results[0].id == "g1"
+    if fusion == "mean":
+        assert {c for d in res.results for c in d.channels} <= {"raw", "hyde:mean"}
+
+
+def test_fuse_on_hand_made_rankings(retriever) -> None:
+    hr = _hyde(retriever, _text_model(), rrf_k=1)
+    channels = {
+        "raw": [Hit("a", 0.9, {}), Hit("b", 0.5, {})],
+        "hyde:rule": [Hit("b", 0.8, {}), Hit("c", 0.95, {})],
+        "hyde:example": [Hit("b", 0.7, {})],
+    }
+    rrf = hr._fuse(channels, "rrf")
+    assert [d.id for d in rrf] == ["b", "a", "c"]  # b: 1/3 + 1/2 + 1/2
+    assert rrf[0].channels == ("raw", "hyde:rule", "hyde:example")
+    top = hr._fuse(channels, "max")
+    assert [(d.id, d.score) for d in top] == [("c", 0.95), ("a", 0.9), ("b", 0.8)]
+
+
+def test_hyde_only_excludes_raw_channel(retriever) -> None:
+    hr = _hyde(retriever, _text_model(lambda p: WANT_TO + p[-8:]))
+    res = asyncio.run(hr.search("grammar", "мечтаю", top_k=4, include_raw=False))
+    assert res.used_hyde and all("raw" not in d.channels for d in res.results)
+
+
+class SpyReranker:
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    def scores(self, query, texts):
+        self.queries.append(query)
+        return [1.0 if "-지만" in t else 0.0 for t in texts]
+
+
+def test_reranker_scores_against_the_original_query(retriever) -> None:
+    spy = SpyReranker()
+    hr = _hyde(retriever, _text_model(lambda p: WANT_TO + p[-8:]))
+    hr.reranker = spy
+    res = asyncio.run(hr.search("grammar", "исходный вопрос про но", top_k=3))
+    assert spy.queries == ["исходный вопрос про но"]  # never the hypothesis
+    assert res.results[0].id == "g3" and res.results[0].score == 1.0
+    assert res.timings.rerank_ms > 0
+
+
+def test_adaptive_threshold_steps_down() -> None:
+    assert adaptive_threshold([1.0, 0.95, 0.5, 0.2], 2, 0.9, 0.1, 0.3) == (0.9, 2)
+    assert adaptive_threshold([1.0, 0.55, 0.5, 0.2], 3, 0.9, 0.1, 0.3) == (0.5, 3)
+    assert adaptive_threshold([1.0, 0.1, 0.1], 3, 0.9, 0.1, 0.4) == (0.4, 1)  # floor reached
+    # logits are min-max scaled: [1, 0.25, 0] -> 0.25 passes only once the threshold reaches 0.1
+    assert adaptive_threshold([5.0, -1.0, -3.0], 2, 0.9, 0.2, 0.1) == pytest.approx((0.1, 2))
+    assert adaptive_threshold([0.3, 0.1], 1, 0.0, 0.1, 0.0) == (None, 2)  # off
+
+
+def test_threshold_is_reported_and_applied(retriever) -> None:
+    hr = _hyde(retriever, _text_model(lambda p: WANT_TO + p[-8:]), threshold_start=0.99, threshold_floor=0.97,
+               threshold_step=0.01, threshold_min_results=10)
+    res = asyncio.run(hr.search("grammar", "хотеть 가고 싶어요", top_k=4))
+    assert res.effective_threshold == pytest.approx(0.97)  # never enough results: stopped at the floor
+    scores = [d.score for d in res.results]
+    assert res.results and min(scores) / max(scores) >= 0.97 - 1e-9
+    unfiltered = asyncio.run(_hyde(retriever, _text_model(lambda p: WANT_TO + p[-8:])).search("grammar", "хотеть 가고 싶어요", top_k=4))
+    assert unfiltered.effective_threshold is None and len(unfiltered.results) >= len(res.results)
+
+
+@pytest.mark.parametrize("bad", ["", "   ", "я" * 5000, None, 42])
+def test_bad_queries_raise_typed_errors(retriever, bad) -> None:
+    hr = _hyde(retriever, _text_model())
+    with pytest.raises(QueryValidationError):
+        asyncio.run(hr.search("grammar", bad))

@@ -1,0 +1,139 @@
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from pydantic_ai.messages import ModelResponse, TextPart
+from pydantic_ai.models.function import FunctionModel
+
+from hyde_tutor.config import HydeSettings
+from hyde_tutor.hypotheses import DiskCache, HypothesisGenerator, MemoryCache, cache_key, normalise_length
+
+
+def test_normalise_cuts_on_word_boundary() -> None:
+    text = "один два три четыре"
+    assert normalise_length(text, 11) == "один два"
+    assert normalise_length(text, 12) == "один два три"  # exactly fits
+    assert normalise_length("  a \n\n b  ", 10) == "a b"
+    assert normalise_length("x" * 50, 10) == "x" * 10  # no space: hard cut
+    assert all(len(normalise_length("слово " * 200, n)) <= n for n in (32, 100, 512))
+
+
+def test_normalise_exact_mode_pads_to_length() -> None:
+    assert normalise_length("short", 12, exact=True) == "short" + " " * 7
+    out = normalise_length("слово " * 200, 100, exact=True)
+    assert len(out) == 100 and out.rstrip() == normalise_length("слово " * 200, 100)
+
+
+def _generator(fn, n: int = 3, cache=None, **hyde) -> HypothesisGenerator:
+    settings = HydeSettings(n_hypotheses=n, hypothesis_length=200, **hyde)
+    return HypothesisGenerator(FunctionModel(fn), "fake-model", "grammar", cache=cache or MemoryCache(), hyde=settings)
+
+
+def _prompt_of(messages) -> str:
+    return str(messages[-1].parts[-1].content)
+
+
+def test_hypotheses_are_generated_concurrently_one_per_perspective() -> None:
+    spans: list[tuple[float, float]] = []
+    prompts: list[str] = []
+
+    async def slow(messages, info):
+        start = time.perf_counter()
+        prompts.append(_prompt_of(messages))
+        await asyncio.sleep(0.2)
+        spans.append((start, time.perf_counter()))
+        return ModelResponse(parts=[TextPart(f"Конструкция: -고 싶다 ({len(prompts)}) " + _prompt_of(messages)[-30:])])
+
+    result = asyncio.run(_generator(slow, n=3).generate("Как сказать, что я хочу?"))
+    assert len(result.hypotheses) == 3
+    assert len({h.perspective for h in result.hypotheses}) == 3
+    latest_start = max(s for s, _ in spans)
+    earliest_end = min(e for _, e in spans)
+    assert latest_start < earliest_end  # all three were in flight at the same time
+    assert all("Как сказать, что я хочу?" in p for p in prompts)
+
+
+def test_n_is_capped_at_eight() -> None:
+    async def fn(messages, info):
+        return ModelResponse(parts=[TextPart(_prompt_of(messages))])
+
+    result = asyncio.run(_generator(fn, n=3).generate("вопрос", n=50))
+    assert len(result.hypotheses) == 8
+
+
+def test_empty_and_duplicate_hypotheses_are_dropped() -> None:
+    answers = iter(["Одинаковый текст", "  одинаковый   ТЕКСТ ", "   ", "Другой текст"])
+
+    async def fn(messages, info):
+        return ModelResponse(parts=[TextPart(next(answers))])
+
+    result = asyncio.run(_generator(fn, n=4).generate("вопрос"))
+    assert [h.text for h in result.hypotheses] == ["Одинаковый текст", "Другой текст"]
+    assert (result.duplicates, result.empty, result.failure_reason) == (1, 1, None)
+
+
+def test_cache_hits_cost_no_llm_calls(tmp_path: Path) -> None:
+    calls = 0
+
+    async def fn(messages, info):
+        nonlocal calls
+        calls += 1
+        return ModelResponse(parts=[TextPart(f"гипотеза {_prompt_of(messages)[-20:]}")])
+
+    disk = DiskCache(tmp_path / "h.sqlite")
+    first = asyncio.run(_generator(fn, n=2, cache=disk).generate("вопрос"))
+    assert calls == 2 and first.usage.requests == 2 and not any(h.cached for h in first.hypotheses)
+    # a new generator (new process, same disk cache) answers from the cache
+    again = asyncio.run(_generator(fn, n=2, cache=DiskCache(tmp_path / "h.sqlite")).generate("вопрос"))
+    assert calls == 2 and all(h.cached for h in again.hypotheses)
+    assert [h.text for h in again.hypotheses] == [h.text for h in first.hypotheses]
+    asyncio.run(_generator(fn, n=2, cache=disk).generate("другой вопрос"))
+    assert calls == 4
+
+
+def test_cache_key_covers_model_prompt_query_perspective() -> None:
+    base = cache_key("m", "p@v1", "q", "rule")
+    assert base == cache_key("m", "p@v1", " q ", "rule")
+    assert len({base, cache_key("m2", "p@v1", "q", "rule"), cache_key("m", "p@v2", "q", "rule"),
+                cache_key("m", "p@v1", "q2", "rule"), cache_key("m", "p@v1", "q", "mistake")}) == 5
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "reason"),
+    [("raise", "llm_error"), ("hang", "timeout"), ("empty", "empty_hypotheses")],
+)
+def test_failure_reasons(behaviour: str, reason: str) -> None:
+    async def fn(messages, info):
+        if behaviour == "raise":
+            raise ConnectionError("connection refused")
+        if behaviour == "hang":
+            await asyncio.sleep(30)
+        return ModelResponse(parts=[TextPart("")])
+
+    result = asyncio.run(_generator(fn, n=2, timeout_s=0.2).generate("вопрос"))
+    assert result.hypotheses == [] and result.failure_reason == reason
+    if behaviour == "raise":
+        assert "connection refused" in result.errors[0]
+    if behaviour == "hang":
+        assert result.timeouts == 2
+
+
+def test_partial_failure_keeps_the_good_hypotheses() -> None:
+    async def fn(messages, info):
+        if "типичную ошибку" in _prompt_of(messages):
+            raise RuntimeError("boom")
+        return ModelResponse(parts=[TextPart(_prompt_of(messages)[-40:])])
+
+    result = asyncio.run(_generator(fn, n=3).generate("вопрос"))
+    assert len(result.hypotheses) == 2 and len(result.errors) == 1 and result.failure_reason is None
+
+
+def test_token_usage_is_recorded() -> None:
+    async def fn(messages, info):
+        return ModelResponse(parts=[TextPart("ответ " + _prompt_of(messages)[-10:])])
+
+    result = asyncio.run(_generator(fn, n=2).generate("вопрос"))
+    assert result.usage.requests == 2 and result.usage.input_tokens > 0 and result.usage.output_tokens > 0
