@@ -77,3 +77,10 @@ bench: install
 
 clean:
 	rm -rf $(VENV) $(HYDE_DATA_DIR)
+
+# HyDE vs raw on the bundled sets with the embedded local model (N=1 hypothesis; disk cache makes re-runs free).
+# Override the model: make eval-hyde LOCAL_MODEL=smollm2-135m
+LOCAL_MODEL ?= qwen2.5-1.5b
+eval-hyde: ingest
+	HYDE_HYDE__CACHE=disk HYDE_LLM__LOCAL_MODEL=$(LOCAL_MODEL) $(CLI) eval --collection grammar --dataset data/eval/grammar --arms raw,hyde,hyde_only --hypotheses 1
+	HYDE_HYDE__CACHE=disk HYDE_LLM__LOCAL_MODEL=$(LOCAL_MODEL) $(CLI) eval --collection docs --dataset data/eval/docs --arms raw,hyde,hyde_only --hypotheses 1

@@ -110,3 +110,20 @@ def test_bench_runs_small(isolated_env: Path, small_corpus: Path) -> None:
     rows = json.loads(out.output.strip().splitlines()[-1])
     assert rows["hybrid query p50 @ 2k"]["unit"] == "ms" and rows["hybrid query p50 @ 2k"]["value"] > 0
     assert any(k.startswith("dense embed") for k in rows)
+
+
+def test_search_with_hyde_on_the_embedded_model(small_corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HYDE_LLM__LOCAL_MODEL", "smollm2-135m")
+    monkeypatch.setenv("HYDE_LLM__MAX_TOKENS", "32")
+    monkeypatch.setenv("HYDE_HYDE__TIMEOUT_S", "300")  # a busy 2-core machine must not turn this into a fallback
+    _invoke("ingest", "--collection", "grammar", "--file", str(small_corpus))
+    out = _invoke("search", "Как сказать, что я хочу поехать в Пусан?", "--collection", "grammar", "--hyde",
+                  "--hypotheses", "1", "--fusion", "rrf", "--json", "--show-hypotheses")
+    assert out.exit_code == 0, out.output
+    row = json.loads([line for line in out.output.splitlines() if line.startswith("{")][-1])
+    assert row["used_hyde"] is True and row["fallback_reason"] is None
+    assert len(row["hypotheses"]) == 1 and row["hypotheses"][0]["perspective"] == "rule"
+    assert any("hyde:rule" in chans for chans in row["channels"].values())
+    assert row["timings_ms"]["generate_ms"] > 0 and row["usage"]["output_tokens"] > 0
+    bad = runner.invoke(app, ["search", "x", "--fusion", "bogus"])
+    assert bad.exit_code == 2 and "--fusion" in bad.output
