@@ -42,3 +42,12 @@ def test_mixed_text_keeps_order_and_empty_text(analyzer: KoreanAwareAnalyzer) ->
     assert analyzer.tokenize("") == []
     terms = analyzer.tokenize("Пример: 가고 싶어요 — хочу пойти")
     assert terms.index("가") < terms.index("хоч")
+
+
+def test_analyser_is_thread_safe(analyzer: KoreanAwareAnalyzer) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [f"Желания учеников {i} хотеть поехать 가고 싶어요" for i in range(400)]
+    expected = [analyzer.tokenize(t) for t in texts]
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(analyzer.tokenize, texts)) == expected

@@ -16,7 +16,13 @@ from .errors import (
     StoreLockedError,
     StoreUnavailableError,
 )
+from .experiment import Decision, Experiment, ReloadableExperiment, decide
 from .fusion import max_score_fusion, mean_vector, reciprocal_rank_fusion
+from .hyde import HydeResult, HydeRetriever, RetrievedDoc
+from .hypotheses import HypothesisGenerator
+from .llm import LLMBackend, make_llm
+from .monitor import Monitor, RetrievalRecord
+from .toolset import HydeSearchToolset, TutorDeps, hyde_capability, tutor_instructions
 from .ingest import IngestReport, ingest_documents, ingest_file
 from .retriever import Retriever
 from .sparse import Bm25Encoder, SparseVec
@@ -25,6 +31,22 @@ from .store import CollectionSpec, EdgeStore, Hit, QdrantClientStore, SearchRequ
 __version__ = "0.1.0"
 
 __all__ = [
+    "Decision",
+    "Experiment",
+    "HydeResult",
+    "HydeRetriever",
+    "HydeSearchToolset",
+    "HypothesisGenerator",
+    "LLMBackend",
+    "Monitor",
+    "ReloadableExperiment",
+    "RetrievalRecord",
+    "RetrievedDoc",
+    "TutorDeps",
+    "decide",
+    "hyde_capability",
+    "make_llm",
+    "tutor_instructions",
     "Bm25Encoder",
     "CollectionNotFoundError",
     "CollectionSpec",

@@ -53,7 +53,14 @@ class KoreanAwareAnalyzer:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._stemmer = snowballstemmer.stemmer("russian")
+        self._local = threading.local()  # Snowball stemmers keep state per call: one per thread
+
+    @property
+    def _stemmer(self) -> snowballstemmer.stemmer:
+        stemmer = getattr(self._local, "stemmer", None)
+        if stemmer is None:
+            stemmer = self._local.stemmer = snowballstemmer.stemmer("russian")
+        return stemmer
 
     @cached_property
     def _kiwi(self):  # type: ignore[no-untyped-def]

@@ -118,6 +118,23 @@ class HydeSettings(BaseModel):
     threshold_min_results: int = Field(3, ge=1, description="Step the threshold down until this many results pass.")
 
 
+class ExperimentSettings(BaseModel):
+    """The HyDE vs raw A/B experiment."""
+
+    enabled: bool = Field(True, description="Route subjects to arms; false = everyone gets hyde.enabled.")
+    name: str = Field("hyde-vs-raw", description="Experiment name (part of the assignment hash).")
+    hyde_share: float = Field(0.5, ge=0, le=1, description="Share of subjects in the HyDE arm (0.9 = 90/10).")
+    salt: str = Field("", description="Change to reshuffle assignments without renaming the experiment.")
+
+
+class MonitorSettings(BaseModel):
+    """Per-retrieval metrics."""
+
+    jsonl: bool = Field(True, description="Append one JSON line per retrieval to data_dir/metrics.jsonl.")
+    window: int = Field(1000, ge=10, description="Rolling window (records per arm) for aggregates.")
+    logfire_token: SecretStr | None = Field(None, description="Send spans to Logfire when set; offline otherwise.")
+
+
 class Settings(BaseSettings):
     """All hyde-tutor settings. Create with ``Settings()`` to read env and ``.env``."""
 
@@ -138,3 +155,5 @@ class Settings(BaseSettings):
     index: IndexSettings = Field(default_factory=IndexSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     hyde: HydeSettings = Field(default_factory=HydeSettings)
+    experiment: ExperimentSettings = Field(default_factory=ExperimentSettings)
+    monitor: MonitorSettings = Field(default_factory=MonitorSettings)

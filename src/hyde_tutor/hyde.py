@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import logfire
 import numpy as np
 
 from .config import HydeSettings, Settings
@@ -111,7 +112,7 @@ class HydeRetriever:
             backend = backend_holder[0]
             return HypothesisGenerator(
                 backend.model, backend.name, domain, cache=cache, hyde=settings.hyde, llm=settings.llm,
-                extra_settings=backend.extra_settings,
+                extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency,
             )
 
         reranker = CrossEncoderReranker(settings.hyde.reranker_model) if settings.hyde.rerank and settings.hyde.reranker_model else None
@@ -141,6 +142,17 @@ class HydeRetriever:
         fusion: FusionMode | None = None,
         include_raw: bool = True,
     ) -> HydeResult:
+        """Run the pipeline for one query. Raises only for bad input or a failing store, never for HyDE."""
+        with logfire.span("hyde.search {collection}", collection=collection) as span:
+            result = await self._search(collection, query, top_k, use_hyde, n_hypotheses, fusion, include_raw)
+            span.set_attributes({"used_hyde": result.used_hyde, "fallback_reason": result.fallback_reason or "",
+                                 "n_hypotheses": len(result.hypotheses), "results": len(result.results)})
+            return result
+
+    async def _search(
+        self, collection: str, query: Any, top_k: int | None, use_hyde: bool | None, n_hypotheses: int | None,
+        fusion: FusionMode | None, include_raw: bool,
+    ) -> HydeResult:
         started = time.perf_counter()
         text = validate_query(query, self.retriever.settings.max_query_chars)
         top_k = validate_top_k(top_k if top_k is not None else self.retriever.settings.top_k)
@@ -164,7 +176,8 @@ class HydeRetriever:
 
     async def _generate(self, collection: str, text: str, n: int | None) -> GenerationResult:
         try:
-            return await self.generator(collection).generate(text, n)
+            with logfire.span("hyde.generate", n=n or self.settings.n_hypotheses):
+                return await self.generator(collection).generate(text, n)
         except Exception as exc:  # noqa: BLE001 - e.g. the LLM backend could not start
             return GenerationResult(errors=[f"{type(exc).__name__}: {exc}"[:300]])
 
@@ -174,6 +187,10 @@ class HydeRetriever:
         return hits, enc, (time.perf_counter() - t0) * 1000
 
     def _raw_channel(self, collection: str, text: str, depth: int) -> tuple[list[Hit], EncodedQueries]:
+        with logfire.span("hyde.raw_channel"):
+            return self._raw_search(collection, text, depth)
+
+    def _raw_search(self, collection: str, text: str, depth: int) -> tuple[list[Hit], EncodedQueries]:
         enc = self.retriever.encode([text])
         hits = self.retriever.store.search_batch(collection, [self.retriever.request(enc, 0, depth)])[0]
         return hits, enc
@@ -187,9 +204,13 @@ class HydeRetriever:
             result = self._fallback(text, collection, raw_hits, reason, fusion)  # type: ignore[arg-type]
         else:
             t0 = time.perf_counter()
-            hyp_enc = await asyncio.to_thread(self.retriever.encode, [h.text for h in gen.hypotheses])
+            with logfire.span("hyde.embed", n=len(gen.hypotheses)):
+                hyp_enc = await asyncio.to_thread(self.retriever.encode, [h.text for h in gen.hypotheses])
             t1 = time.perf_counter()
-            channels = await asyncio.to_thread(self._hypothesis_channels, collection, gen.hypotheses, hyp_enc, raw_enc, fusion, depth)
+            with logfire.span("hyde.store_search", fusion=fusion):
+                channels = await asyncio.to_thread(
+                    self._hypothesis_channels, collection, gen.hypotheses, hyp_enc, raw_enc, fusion, depth
+                )
             t2 = time.perf_counter()
             if include_raw:
                 channels = {RAW: raw_hits, **channels}
@@ -239,7 +260,8 @@ class HydeRetriever:
     async def _finish(self, result: HydeResult, text: str, top_k: int, started: float) -> HydeResult:
         if self.reranker is not None and result.results:
             t0 = time.perf_counter()
-            result.results = await asyncio.to_thread(self._rerank, text, result.results)
+            with logfire.span("hyde.rerank", candidates=len(result.results)):
+                result.results = await asyncio.to_thread(self._rerank, text, result.results)
             result.timings.rerank_ms = (time.perf_counter() - t0) * 1000
         s = self.settings
         threshold, kept = adaptive_threshold(

@@ -7,6 +7,7 @@ teaching text). It may be factually wrong; only its shape and vocabulary matter.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import sqlite3
@@ -182,6 +183,7 @@ class HypothesisGenerator:
         hyde: HydeSettings | None = None,
         llm: LLMSettings | None = None,
         extra_settings: dict[str, Any] | None = None,
+        max_concurrency: int | None = None,
     ) -> None:
         from pydantic_ai import Agent
         from pydantic_ai.settings import ModelSettings
@@ -197,6 +199,10 @@ class HypothesisGenerator:
         if llm.seed is not None:
             settings["seed"] = llm.seed
         settings.update(extra_settings or {})
+        # A single-slot backend (the embedded llama.cpp server) serves one request at a time: queue here,
+        # so the timeout measures the model's work and not the wait in the server's queue.
+        self.max_concurrency = max_concurrency
+        self._gates: dict[int, asyncio.Semaphore] = {}
         self.agent = Agent(model, instructions=self.prompt.text, output_type=str, retries=0,
                            model_settings=ModelSettings(**settings))  # type: ignore[typeddict-item]
 
@@ -232,13 +238,22 @@ class HypothesisGenerator:
             seen.add(fingerprint)
             result.hypotheses.append(Hypothesis(text, out.perspective, out.cached))
 
+    def _gate(self) -> Any:
+        if not self.max_concurrency:
+            return contextlib.nullcontext()
+        loop_id = id(asyncio.get_running_loop())
+        if loop_id not in self._gates:
+            self._gates[loop_id] = asyncio.Semaphore(self.max_concurrency)
+        return self._gates[loop_id]
+
     async def _one(self, query: str, perspective: Perspective, timeout: float) -> _Outcome:
         key = cache_key(self.model_name, self.prompt.ref, query, perspective.name)
         cached = self.cache.get(key)
         if cached is not None:
             return _Outcome(perspective.name, cached, cached=True)
         try:
-            run = await asyncio.wait_for(self.agent.run(self.user_prompt(query, perspective)), timeout)
+            async with self._gate():
+                run = await asyncio.wait_for(self.agent.run(self.user_prompt(query, perspective)), timeout)
         except (asyncio.TimeoutError, TimeoutError):
             return _Outcome(perspective.name, timed_out=True)
         except UnexpectedModelBehavior:  # e.g. an empty completion: no usable text came back

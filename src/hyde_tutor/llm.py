@@ -104,6 +104,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Linux: the server gets SIGTERM when its parent dies, so a killed CLI never leaves it behind."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 @dataclass
 class LocalLlamaServer:
     """A ``llama_cpp.server`` subprocess on 127.0.0.1 serving one GGUF model."""
@@ -135,7 +146,7 @@ class LocalLlamaServer:
             "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads), "--verbose", "false",
         ]
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
-        self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         atexit.register(self.stop)
         self._wait_ready()
         return self
@@ -185,6 +196,7 @@ class LLMBackend:
     kind: str
     server: LocalLlamaServer | None = None
     extra_settings: dict[str, Any] = field(default_factory=dict)
+    max_concurrency: int | None = None  # the embedded server answers one request at a time
 
     def close(self) -> None:
         if self.server is not None:
@@ -243,7 +255,7 @@ def make_llm(settings: Settings) -> LLMBackend:
         return LLMBackend(model, f"{llm.base_url}:{llm.model}", provider, extra_settings=_compat_settings(llm))
     server = local_server(settings)
     model = _openai_chat_model(server.model_name, server.base_url, "local")
-    return LLMBackend(model, f"local:{server.model_name}", "local", server, _compat_settings(llm))
+    return LLMBackend(model, f"local:{server.model_name}", "local", server, _compat_settings(llm), max_concurrency=1)
 
 
 def _compat_settings(llm: LLMSettings) -> dict[str, Any]:

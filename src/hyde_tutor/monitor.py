@@ -1,0 +1,122 @@
+"""Metrics monitor: one record per retrieval, logfire metrics, rolling per-arm aggregates, JSONL sink."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import logfire
+import numpy as np
+
+_counter = logfire.metric_counter("hyde.retrievals", unit="1", description="Retrievals by arm and fallback reason")
+_stage_ms = logfire.metric_histogram("hyde.stage_ms", unit="ms", description="Latency per retrieval stage")
+
+
+@dataclass(slots=True)
+class RetrievalRecord:
+    """Everything worth knowing about one retrieval (no query text, no secrets)."""
+
+    experiment: str | None
+    arm: str
+    use_hyde: bool
+    reason: str
+    tool: str
+    collection: str
+    used_hyde: bool = False
+    fallback_reason: str | None = None
+    n_hypotheses: int = 0
+    stages_ms: dict[str, float] = field(default_factory=dict)
+    results: int = 0
+    top_score: float | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    error: str | None = None
+    subject: str | None = None
+    timestamp: float = field(default_factory=time.time)
+
+    @property
+    def total_ms(self) -> float:
+        return float(self.stages_ms.get("total_ms", 0.0))
+
+
+@dataclass(frozen=True, slots=True)
+class ArmAggregate:
+    count: int
+    p50_ms: float
+    p95_ms: float
+    fallback_rate: float
+    mean_results: float
+    error_rate: float
+
+
+class Monitor:
+    """Thread- and asyncio-safe collector. ``jsonl_path`` = None keeps everything in memory only."""
+
+    def __init__(self, jsonl_path: Path | None = None, window: int = 1000) -> None:
+        self.jsonl_path = jsonl_path
+        self.window = window
+        self._lock = threading.Lock()
+        self._by_arm: dict[str, deque[RetrievalRecord]] = defaultdict(lambda: deque(maxlen=window))
+        self.total = 0
+        if jsonl_path is not None:
+            jsonl_path.parent.mkdir(parents=True, exist_ok=True)
+
+    def record(self, rec: RetrievalRecord) -> None:
+        line = json.dumps(asdict(rec), ensure_ascii=False)
+        with self._lock:
+            self._by_arm[rec.arm].append(rec)
+            self.total += 1
+            if self.jsonl_path is not None:
+                with self.jsonl_path.open("a", encoding="utf-8") as fh:
+                    fh.write(line + "\n")
+        attrs = {"arm": rec.arm, "fallback_reason": rec.fallback_reason or "none", "collection": rec.collection}
+        _counter.add(1, attrs)
+        for stage, ms in rec.stages_ms.items():
+            _stage_ms.record(ms, {"arm": rec.arm, "stage": stage.removesuffix("_ms")})
+
+    def records(self, arm: str | None = None) -> list[RetrievalRecord]:
+        with self._lock:
+            if arm is not None:
+                return list(self._by_arm.get(arm, ()))
+            return [r for recs in self._by_arm.values() for r in recs]
+
+    def aggregates(self) -> dict[str, ArmAggregate]:
+        with self._lock:
+            snapshot = {arm: list(recs) for arm, recs in self._by_arm.items()}
+        return {arm: aggregate(recs) for arm, recs in snapshot.items() if recs}
+
+
+def aggregate(records: Iterable[RetrievalRecord]) -> ArmAggregate:
+    recs = list(records)
+    totals = np.array([r.total_ms for r in recs], dtype=float)
+    return ArmAggregate(
+        count=len(recs),
+        p50_ms=float(np.percentile(totals, 50)),
+        p95_ms=float(np.percentile(totals, 95)),
+        fallback_rate=sum(1 for r in recs if r.use_hyde and r.fallback_reason) / len(recs),
+        mean_results=float(np.mean([r.results for r in recs])),
+        error_rate=sum(1 for r in recs if r.error) / len(recs),
+    )
+
+
+def load_records(path: Path) -> list[dict[str, Any]]:
+    """Read a metrics JSONL (skipping blank or broken lines)."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def configure_logfire(token: str | None = None) -> None:
+    """Offline by default (``send_to_logfire=False``); sends only when a token is given."""
+    logfire.configure(send_to_logfire=bool(token), token=token, console=False)
+    logfire.instrument_pydantic_ai()

@@ -1,0 +1,174 @@
+"""The pydantic-ai plugin: ``grammar_search`` and ``docs_search`` tools for any Agent.
+
+    toolset = HydeSearchToolset()
+    agent = Agent(model, deps_type=TutorDeps, toolsets=[toolset])
+    await agent.run("...", deps=TutorDeps(retriever=hyde_retriever, subject_id="user-42"))
+
+Bad arguments come back to the model as a retry message (``ModelRetry``); a store failure comes
+back as a clear tool result saying search is unavailable; a HyDE failure is a silent fallback to
+plain retrieval (recorded by the monitor). A chat turn never crashes because of retrieval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai import ModelRetry, RunContext
+from pydantic_ai.capabilities import Toolset
+from pydantic_ai.toolsets import FunctionToolset
+
+from .errors import HydeTutorError, QueryValidationError
+from .experiment import Experiment, ReloadableExperiment, decide
+from .hyde import HydeResult, HydeRetriever, RetrievedDoc
+from .monitor import Monitor, RetrievalRecord
+from .prompts import load_prompt
+from .validation import validate_query, validate_top_k
+
+MAX_TOOL_TOP_K = 10
+
+
+@dataclass
+class TutorDeps:
+    """Per-run dependencies of the search tools."""
+
+    retriever: HydeRetriever
+    experiment: Experiment | ReloadableExperiment | None = None
+    monitor: Monitor | None = None
+    subject_id: str | None = None
+
+    def current_experiment(self) -> Experiment | None:
+        if isinstance(self.experiment, ReloadableExperiment):
+            return self.experiment.current()
+        return self.experiment
+
+
+def compact_result(doc: RetrievedDoc) -> dict[str, Any]:
+    """What the model sees of one result: readable fields and the id, never vectors."""
+    p = doc.payload
+    if "pattern" in p:
+        return {
+            "id": doc.id, "pattern": p.get("pattern"), "name": p.get("name_ru"), "level": p.get("level"),
+            "explanation": p.get("explanation_ru"), "examples": list(p.get("examples", []))[:2],
+        }
+    if "content" in p:
+        content = str(p.get("content", ""))
+        return {"id": doc.id, "topic": p.get("topic"), "subtopic": p.get("subtopic"),
+                "content": content[:900] + ("…" if len(content) > 900 else "")}
+    return {"id": doc.id, "title": p.get("title"), "text": str(p.get("text", ""))[:900]}
+
+
+async def run_search(
+    ctx: RunContext[TutorDeps], tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None,
+) -> dict[str, Any]:
+    """Shared body of the search tools: validate, decide HyDE, search, record, compact."""
+    deps = ctx.deps
+    settings = deps.retriever.retriever.settings
+    try:
+        text = validate_query(query, settings.max_query_chars)
+        k = validate_top_k(top_k, MAX_TOOL_TOP_K)
+    except QueryValidationError as exc:
+        raise ModelRetry(f"{exc} Call {tool} again with corrected arguments.") from exc
+    experiment = deps.current_experiment()
+    decision = decide(use_hyde, experiment, deps.subject_id, deps.retriever.settings.enabled)
+    record = RetrievalRecord(decision.experiment, decision.arm, decision.use_hyde, decision.reason, tool, collection,
+                             subject=deps.subject_id)
+    try:
+        result = await deps.retriever.search(collection, text, top_k=k, use_hyde=decision.use_hyde)
+    except HydeTutorError as exc:
+        record.error = type(exc).__name__
+        _record(deps.monitor, record)
+        return {"error": f"{tool} is unavailable right now: {exc}", "results": []}
+    _fill(record, result)
+    _record(deps.monitor, record)
+    return {
+        "results": [compact_result(d) for d in result.results],
+        "used_hyde": result.used_hyde,
+        "fallback_reason": result.fallback_reason,
+    }
+
+
+def _fill(record: RetrievalRecord, result: HydeResult) -> None:
+    record.used_hyde = result.used_hyde
+    record.fallback_reason = result.fallback_reason if record.use_hyde else None
+    record.n_hypotheses = len(result.hypotheses)
+    record.stages_ms = {k: round(v, 2) for k, v in vars_of(result.timings).items()}
+    record.results = len(result.results)
+    record.top_score = result.results[0].score if result.results else None
+    record.tokens_in = result.usage.input_tokens
+    record.tokens_out = result.usage.output_tokens
+
+
+def vars_of(obj: Any) -> dict[str, float]:
+    return {name: getattr(obj, name) for name in obj.__dataclass_fields__}
+
+
+def _record(monitor: Monitor | None, record: RetrievalRecord) -> None:
+    if monitor is not None:
+        monitor.record(record)
+
+
+class HydeSearchToolset(FunctionToolset[TutorDeps]):
+    """``grammar_search`` and ``docs_search`` as a reusable toolset.
+
+    ``prefix`` renames the tools (``ko_grammar_search``) so two tutors can share one agent or process;
+    ``grammar_collection`` / ``docs_collection`` point them at other collections; pass ``None`` to drop one.
+    """
+
+    def __init__(
+        self, *, prefix: str = "", grammar_collection: str | None = "grammar", docs_collection: str | None = "docs",
+        max_retries: int = 2,
+    ) -> None:
+        super().__init__(max_retries=max_retries)
+        if grammar_collection:
+            self.add_function(_grammar_tool(prefix + "grammar_search", grammar_collection), name=prefix + "grammar_search")
+        if docs_collection:
+            self.add_function(_docs_tool(prefix + "docs_search", docs_collection), name=prefix + "docs_search")
+
+
+def _grammar_tool(name: str, collection: str) -> Callable[..., Any]:
+    async def grammar_search(
+        ctx: RunContext[TutorDeps], query: str, top_k: int = 5, use_hyde: bool | None = None
+    ) -> dict[str, Any]:
+        """Search the Korean grammar reference (patterns with Russian explanations and examples).
+
+        Use it for any question about how to say something in Korean, what an ending or particle means,
+        or how two constructions differ. Pass the learner's question as is (Russian is fine).
+
+        Args:
+            query: The learner's question or a short description of the needed construction.
+            top_k: How many entries to return (1-10).
+            use_hyde: True forces HyDE (a hypothetical entry is written and searched), False forces plain
+                search, null lets the running experiment decide.
+        """
+        return await run_search(ctx, name, collection, query, top_k, use_hyde)
+
+    return grammar_search
+
+
+def _docs_tool(name: str, collection: str) -> Callable[..., Any]:
+    async def docs_search(
+        ctx: RunContext[TutorDeps], query: str, top_k: int = 5, use_hyde: bool | None = None
+    ) -> dict[str, Any]:
+        """Search the educational documents (particles, speech levels, conjugation, honorifics,
+        pronunciation, study methods), written in Russian with Korean examples.
+
+        Args:
+            query: The learner's question.
+            top_k: How many documents to return (1-10).
+            use_hyde: True forces HyDE, False forces plain search, null lets the running experiment decide.
+        """
+        return await run_search(ctx, name, collection, query, top_k, use_hyde)
+
+    return docs_search
+
+
+def hyde_capability(**toolset_kwargs: Any) -> Toolset[TutorDeps]:
+    """The toolset as a pydantic-ai capability: ``Agent(..., capabilities=[hyde_capability()])``."""
+    return Toolset(HydeSearchToolset(**toolset_kwargs))
+
+
+def tutor_instructions() -> str:
+    """The tutor agent's instructions, from ``prompts/tutor.v<N>.md``."""
+    return load_prompt("tutor").text
