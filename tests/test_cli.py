@@ -35,13 +35,14 @@ def test_ingest_then_search_json_contract(small_corpus: Path) -> None:
     again = _invoke("ingest", "--collection", "grammar", "--file", str(small_corpus))
     assert "0 written, 6 unchanged" in again.output
 
-    out = _invoke("search", "Как сказать, что я хочу поехать в Пусан?", "--collection", "grammar", "--top-k", "3", "--json")
+    out = _invoke("search", "Как сказать, что я хочу поехать в Пусан?", "--collection", "grammar", "--top-k", "3",
+                  "--json", "--no-hyde")
     assert out.exit_code == 0, out.output
     rows = [json.loads(line) for line in out.output.splitlines() if line.startswith("{")]
     assert len(rows) == 1
     row = rows[0]
     assert set(row) == {"query_id", "query", "used_hyde", "fallback_reason", "results"}
-    assert row["used_hyde"] is False and len(row["results"]) == 3
+    assert row["used_hyde"] is False and row["fallback_reason"] == "disabled" and len(row["results"]) == 3
     assert set(row["results"][0]) == {"id", "score", "payload"}
     assert row["results"][0]["id"] == "g-b01"  # original id, not the point UUID
     assert row["results"][0]["payload"]["pattern"] == "-고 싶다"

@@ -24,7 +24,7 @@ def test_llama_cpp_engine_smoke_with_smollm2(isolated_env: Path) -> None:
         assert result.hypotheses[0].text.strip()
         assert 0 < result.usage.output_tokens <= 24  # max_tokens reaches llama.cpp
         assert result.usage.input_tokens > 50  # the prompt file went in as instructions
-        assert (settings.data_dir / "logs" / "llama_server.log").exists()
+        assert backend.server is not None and backend.server.log_path and backend.server.log_path.exists()
     finally:
         backend.close()
     assert backend.server is not None and backend.server._proc is None  # stopped

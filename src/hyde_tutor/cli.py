@@ -205,7 +205,7 @@ def evaluate(
     k: Annotated[int, typer.Option("--k", min=10, max=100, help="Retrieval depth (metrics use @1/5/10).")] = 10,
     hypotheses: Annotated[int | None, typer.Option("--hypotheses", min=1, max=8)] = None,
     fusion: Annotated[str | None, typer.Option(help="rrf | max | mean for the hyde arms.")] = None,
-    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N queries.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Evaluate N queries spread evenly over the set.")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Score arms on the same queries: recall@1/5/10, precision@5, MRR@10, nDCG@10, per query group."""
@@ -217,8 +217,9 @@ def evaluate(
         data = load_beir(dataset)
     except HydeTutorError as exc:
         _fail(str(exc))
-    if limit:
-        data = replace(data, queries=data.queries[:limit])
+    if limit and limit < len(data.queries):
+        step = len(data.queries) / limit  # evenly spaced: every slice of the set is represented
+        data = replace(data, queries=[data.queries[int(i * step)] for i in range(limit)])
     hr = _hyde()
     fallbacks: dict[str, dict[str, int]] = {}
     try:
@@ -340,6 +341,71 @@ def _bench_pipeline(settings: Settings, corpus: Path, latency_ms: float, n_queri
             typer.echo(f"  concurrent N={n}: p50 {out[f'n{n}_p50_ms']:.0f} ms = {out[f'n{n}_over_ideal']:.2f}x ideal")
         typer.echo(f"  sequential N=3: p50 {out['sequential_n3_p50_ms']:.0f} ms = {out['sequential_n3_over_ideal']:.2f}x ideal")
     typer.echo(json.dumps({k: round(v, 3) for k, v in out.items()}))
+
+
+@app.command("ab-report")
+def ab_report(
+    file: Annotated[Path | None, typer.Option(help="Metrics JSONL (default: HYDE_DATA_DIR/metrics.jsonl).")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG chart here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Per-arm latency / fallback table and hyde-minus-raw differences with bootstrap 95% CIs."""
+    from .abreport import arm_rows, differences, format_report
+    from .abreport import plot as draw
+    from .monitor import load_records
+
+    path = file or Settings().data_dir / "metrics.jsonl"
+    if not path.is_file():
+        _fail(f"No metrics file at {path}: run the chat or your agent with a Monitor(jsonl path) first.")
+    records = load_records(path)
+    if not records:
+        _fail(f"{path} holds no records.")
+    rows, diffs = arm_rows(records), differences(records)
+    if as_json:
+        typer.echo(json.dumps({"arms": [asdict(r) for r in rows], "differences": [asdict(d) for d in diffs],
+                               "n_records": len(records)}, ensure_ascii=False))
+    else:
+        typer.echo(f"{path}: {len(records)} retrievals")
+        typer.echo(format_report(rows, diffs))
+    if plot is not None:
+        typer.echo(f"chart: {draw(rows, plot)}", err=as_json)
+
+
+@app.command()
+def chat(
+    subject_id: Annotated[str | None, typer.Option("--subject-id", help="User/session id for A/B assignment.")] = None,
+) -> None:
+    """Chat with the example tutor in the terminal (shows tool calls and whether HyDE was used)."""
+    from .chat import build_tutor_agent, chat_loop
+    from .experiment import ReloadableExperiment
+    from .llm import make_llm
+    from .monitor import Monitor, configure_logfire
+    from .toolset import TutorDeps
+
+    settings = Settings()
+    token = settings.monitor.logfire_token
+    configure_logfire(token.get_secret_value() if token else None)
+    try:
+        llm = make_llm(settings)
+    except HydeTutorError as exc:
+        _fail(str(exc))
+    hr = _hyde(settings)
+    monitor = Monitor(settings.data_dir / "metrics.jsonl" if settings.monitor.jsonl else None, settings.monitor.window)
+    deps = TutorDeps(hr, ReloadableExperiment(), monitor, subject_id)
+    agent = build_tutor_agent(llm.model, llm.extra_settings)
+    typer.echo(f"hyde-tutor chat — model {llm.name}, subject {subject_id or '(none)'}; /exit to quit")
+
+    def read() -> str | None:
+        try:
+            return input("вы> ")
+        except EOFError:
+            return None
+
+    try:
+        chat_loop(agent, deps, read, typer.echo)
+    finally:
+        hr.close()
+        llm.close()
 
 
 @app.command("export-beir")

@@ -93,6 +93,9 @@ class LLMSettings(BaseModel):
     max_tokens: int = Field(200, ge=8, le=4096, description="Token cap per hypothesis.")
     n_ctx: int = Field(2048, ge=256, description="Context window of the embedded model.")
     threads: int = Field(2, ge=1, le=64, description="CPU threads of the embedded model.")
+    chat_format: str | None = Field(
+        "chatml-function-calling", description="llama.cpp chat format (this one lets the embedded model call tools)."
+    )
     startup_timeout_s: float = Field(120.0, gt=0, description="Wait this long for the embedded server to load.")
 
 

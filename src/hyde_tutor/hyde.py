@@ -15,12 +15,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import logfire
 import numpy as np
 
 from .config import HydeSettings, Settings
 from .documents import payload_text
 from .fusion import channels_by_doc, max_score_fusion, mean_vector, reciprocal_rank_fusion
+from .monitor import logfire
 from .hypotheses import Domain, GenerationResult, Hypothesis, HypothesisGenerator, TokenUsage, make_cache
 from .rerank import CrossEncoderReranker, Reranker, adaptive_threshold
 from .retriever import EncodedQueries, Retriever

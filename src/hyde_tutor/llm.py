@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import json
 import os
 import shutil
 import socket
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2  # pydantic-ai's HTTP client for OpenAI-compatible providers
 
 from .config import LLMSettings, Settings
 from .errors import HydeTutorError
@@ -124,6 +126,7 @@ class LocalLlamaServer:
     threads: int = 2
     startup_timeout_s: float = 120.0
     log_path: Path | None = None
+    chat_format: str | None = None
     port: int = field(default_factory=_free_port)
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
@@ -145,6 +148,8 @@ class LocalLlamaServer:
             "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
             "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads), "--verbose", "false",
         ]
+        if self.chat_format:
+            cmd += ["--chat_format", self.chat_format]
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         atexit.register(self.stop)
@@ -203,11 +208,36 @@ class LLMBackend:
             self.server.stop()
 
 
-def _openai_chat_model(model_name: str, base_url: str | None, api_key: str | None) -> Any:
+class LlamaCppCompatTransport(httpx2.AsyncBaseTransport):
+    """Rewrites chat requests for ``llama_cpp.server``, whose schema rejects ``"content": null``
+    on assistant tool-call messages (the OpenAI API allows it)."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport | None = None) -> None:
+        self.inner = inner or httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.method == "POST" and request.url.path.endswith("/chat/completions"):
+            body = json.loads(await request.aread())
+            for message in body.get("messages", []):
+                if message.get("role") == "assistant" and message.get("content") is None:
+                    message["content"] = ""
+            content = json.dumps(body).encode()
+            headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
+            request = httpx2.Request(request.method, request.url, headers=headers, content=content,
+                                    extensions=request.extensions)
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _openai_chat_model(model_name: str, base_url: str | None, api_key: str | None, llama_cpp: bool = False) -> Any:
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
-    return OpenAIChatModel(model_name, provider=OpenAIProvider(base_url=base_url, api_key=api_key))
+    http_client = httpx2.AsyncClient(transport=LlamaCppCompatTransport(), timeout=600) if llama_cpp else None
+    provider = OpenAIProvider(base_url=base_url, api_key=api_key, http_client=http_client)
+    return OpenAIChatModel(model_name, provider=provider)
 
 
 def resolve_provider(llm: LLMSettings) -> str:
@@ -221,20 +251,21 @@ def resolve_provider(llm: LLMSettings) -> str:
 
 
 _local_lock = threading.Lock()
-_local_servers: dict[tuple[str, int, int], LocalLlamaServer] = {}
+_local_servers: dict[tuple[str, int, int, str | None], LocalLlamaServer] = {}
 
 
 def local_server(settings: Settings) -> LocalLlamaServer:
     """The (shared, per-process) embedded model server for these settings, started on first use."""
     llm = settings.llm
     gguf = resolve_gguf(llm.local_model, settings.data_dir / "models")
-    key = (str(gguf), llm.n_ctx, llm.threads)
+    key = (str(gguf), llm.n_ctx, llm.threads, llm.chat_format)
     with _local_lock:
         server = _local_servers.get(key)
         if server is None:
             logs = settings.data_dir / "logs"
             logs.mkdir(parents=True, exist_ok=True)
-            server = LocalLlamaServer(gguf, llm.n_ctx, llm.threads, llm.startup_timeout_s, logs / "llama_server.log")
+            server = LocalLlamaServer(gguf, llm.n_ctx, llm.threads, llm.startup_timeout_s, logs / "llama_server.log",
+                                      chat_format=llm.chat_format)
             _local_servers[key] = server
         return server.start()
 
@@ -254,7 +285,7 @@ def make_llm(settings: Settings) -> LLMBackend:
         model = _openai_chat_model(llm.model, llm.base_url, key or "none")
         return LLMBackend(model, f"{llm.base_url}:{llm.model}", provider, extra_settings=_compat_settings(llm))
     server = local_server(settings)
-    model = _openai_chat_model(server.model_name, server.base_url, "local")
+    model = _openai_chat_model(server.model_name, server.base_url, "local", llama_cpp=True)
     return LLMBackend(model, f"local:{server.model_name}", "local", server, _compat_settings(llm), max_concurrency=1)
 
 
