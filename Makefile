@@ -59,11 +59,9 @@ ingest: install-qwen
 	$(CLI) ingest --collection docs --file data/docs.jsonl
 
 demo: ingest
-	@echo ">> raw hybrid retrieval (no HyDE)"
-	$(CLI) search "Как сказать по-корейски, что я хочу поехать в Пусан?" --collection grammar --top-k 5 --no-hyde
-	@echo ">> HyDE with the embedded local model (first run joins the model and loads it)"
-	$(CLI) search "Как сказать по-корейски, что я хочу поехать в Пусан?" --collection grammar --top-k 5 --hyde --hypotheses 2
-	$(CLI) search "Почему 합니다 читается как хамнида?" --collection docs --top-k 3 --hyde --hypotheses 1
+	@echo ">> raw vs HyDE with the embedded local model (first run joins the model parts and loads them)"
+	$(CLI) search "Как сказать по-корейски, что я хочу поехать в Пусан?" --collection grammar --top-k 5 --compare --hypotheses 2
+	$(CLI) search "Почему 합니다 читается как хамнида?" --collection docs --top-k 3 --compare --hypotheses 1
 
 test: install-test
 	$(PY) -m pytest -q

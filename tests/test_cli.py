@@ -128,3 +128,15 @@ def test_search_with_hyde_on_the_embedded_model(small_corpus: Path, monkeypatch:
     assert row["timings_ms"]["generate_ms"] > 0 and row["usage"]["output_tokens"] > 0
     bad = runner.invoke(app, ["search", "x", "--fusion", "bogus"])
     assert bad.exit_code == 2 and "--fusion" in bad.output
+
+
+def test_search_compare_prints_raw_and_hyde_side_by_side(small_corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HYDE_LLM__LOCAL_MODEL", "smollm2-135m")
+    monkeypatch.setenv("HYDE_LLM__MAX_TOKENS", "24")
+    monkeypatch.setenv("HYDE_HYDE__TIMEOUT_S", "300")
+    _invoke("ingest", "--collection", "grammar", "--file", str(small_corpus))
+    out = _invoke("search", "Как сказать, что я хочу поехать?", "--collection", "grammar", "--compare", "--hypotheses", "1", "--top-k", "3")
+    assert out.exit_code == 0, out.output
+    assert "hypothesis [rule]:" in out.output
+    rows = [line for line in out.output.splitlines() if line[:2].strip().isdigit() and " | " in line]
+    assert len(rows) == 3 and all(line.split(" | ")[0].split()[1].startswith("g-") for line in rows)

@@ -267,3 +267,27 @@ def test_readme_example_runs_verbatim(isolated_env: Path, monkeypatch: pytest.Mo
     assert "ArmAggregate(count=1" in out
     assert any(not body.get("tools") for body in log)  # hypotheses were generated through the same LLM
     assert any(m.get("role") == "tool" for body in log for m in body["messages"])
+
+
+def test_spans_nest_under_the_agent_tool_span(hyde_retriever, capfire) -> None:
+    import logfire
+
+    logfire.instrument_pydantic_ai()
+    try:
+        Agent(_tool_then_answer({"query": "хотеть", "use_hyde": True}, []), deps_type=TutorDeps,
+              toolsets=[HydeSearchToolset()]).run_sync("x", deps=TutorDeps(retriever=hyde_retriever))
+    finally:
+        Agent.instrument_all(False)
+    spans = capfire.exporter.exported_spans_as_dict()
+    by_id = {s["context"]["span_id"]: s for s in spans}
+
+    def ancestors(span):
+        while span.get("parent"):
+            span = by_id[span["parent"]["span_id"]]
+            yield span["name"]
+
+    search = next(s for s in spans if s["name"] == "hyde.search {collection}")
+    chain = list(ancestors(search))
+    assert any("grammar_search" in name for name in chain), chain
+    generate = next(s for s in spans if s["name"] == "hyde.generate")
+    assert "hyde.search {collection}" in list(ancestors(generate))

@@ -18,7 +18,7 @@ from .documents import iter_jsonl_documents
 from .errors import HydeTutorError
 from .evaluation import evaluate_arms, load_beir, report_json, report_table
 from .ingest import ingest_file
-from .hyde import HydeResult, HydeRetriever
+from .hyde import HydeResult, HydeRetriever, RetrievedDoc
 from .retriever import Retriever, SearchMode
 from .store import Hit
 
@@ -140,6 +140,7 @@ def search(
     queries_file: Annotated[Path | None, typer.Option("--queries-file", help="BEIR queries.jsonl or one query per line.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per query per line.")] = False,
     show_hypotheses: Annotated[bool, typer.Option("--show-hypotheses", help="Add hypotheses, channels, timings to --json.")] = False,
+    compare: Annotated[bool, typer.Option("--compare", help="Print raw and HyDE results side by side.")] = False,
 ) -> None:
     """Search a collection (HyDE per settings or flags) and print results or JSON lines."""
     if (query is None) == (queries_file is None):
@@ -152,13 +153,19 @@ def search(
     if mode != "hybrid":
         return _plain_search(queries, collection, top_k, mode, as_json)  # type: ignore[arg-type]
     hr = _hyde()
+    texts = [q for _, q in queries]
     try:
-        results = asyncio.run(_search_all(hr, collection, [q for _, q in queries], top_k=top_k, use_hyde=hyde,
+        results = asyncio.run(_search_all(hr, collection, texts, top_k=top_k, use_hyde=True if compare else hyde,
                                           n_hypotheses=hypotheses, fusion=fusion))
+        raw = asyncio.run(_search_all(hr, collection, texts, top_k=top_k, use_hyde=False)) if compare else []
     except HydeTutorError as exc:
         _fail(str(exc))
     finally:
         hr.close()
+    if compare:
+        for (qid, _), res_raw, res_hyde in zip(queries, raw, results, strict=True):
+            _print_side_by_side(qid, res_raw, res_hyde)
+        return
     for (qid, _), res in zip(queries, results, strict=True):
         if as_json:
             typer.echo(json.dumps(_result_json(qid, res, show_hypotheses), ensure_ascii=False))
@@ -175,6 +182,24 @@ def _print_result(qid: str, res: HydeResult) -> None:
         typer.echo(_hit_line(rank, Hit(d.id, d.score, d.payload)) + f"   via {'+'.join(d.channels)}")
     if not res.results:
         typer.echo("   (no results)")
+
+
+def _short(d: RetrievedDoc, width: int) -> str:
+    p = d.payload
+    label = p.get("pattern") or p.get("subtopic") or p.get("title") or ""
+    return f"{d.id} {label}"[:width]
+
+
+def _print_side_by_side(qid: str, raw: HydeResult, hyde: HydeResult, width: int = 44) -> None:
+    typer.echo(f"\n[{qid}] {raw.query}")
+    for h in hyde.hypotheses:
+        typer.echo(f"   hypothesis [{h.perspective}]: {h.text[:200]}{'…' if len(h.text) > 200 else ''}")
+    status = "HyDE" if hyde.used_hyde else f"fallback: {hyde.fallback_reason}"
+    typer.echo(f"   {'raw (' + format(raw.timings.total_ms, '.0f') + ' ms)':<{width}} | {status} ({hyde.timings.total_ms:.0f} ms)")
+    for i in range(max(len(raw.results), len(hyde.results))):
+        left = _short(raw.results[i], width) if i < len(raw.results) else ""
+        right = _short(hyde.results[i], width) if i < len(hyde.results) else ""
+        typer.echo(f"{i + 1:>2} {left:<{width}} | {right}")
 
 
 def _plain_search(queries: list[tuple[str, str]], collection: str, top_k: int, mode: SearchMode, as_json: bool) -> None:
