@@ -106,3 +106,15 @@ def test_factory_reads_settings(isolated_env, openai_stub: str, monkeypatch: pyt
     assert isinstance(emb, OpenAIEmbedder)
     emb.embed(["x"])
     assert _Stub.requests[-1]["auth"] == "Bearer sk-env"
+
+
+def test_use_embedder_is_safe_under_concurrent_calls(use_embedder: UseEmbedder) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    batches = [[f"Вопрос {i}: как сказать {i} по-корейски?"] if i % 2 else
+               [f"Гипотеза {i}: конструкция -고 싶다 " * (1 + i % 5), "먹고 싶어요", f"ещё {i}"] for i in range(40)]
+    expected = [use_embedder.embed(b) for b in batches]
+    with ThreadPoolExecutor(6) as pool:
+        got = list(pool.map(use_embedder.embed, batches))
+    for e, g in zip(expected, got, strict=True):
+        assert np.allclose(g, e, atol=1e-5)  # no vector ends up with another query

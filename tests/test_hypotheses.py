@@ -28,6 +28,7 @@ def test_normalise_exact_mode_pads_to_length() -> None:
 
 
 def _generator(fn, n: int = 3, cache=None, **hyde) -> HypothesisGenerator:
+    hyde.setdefault("min_hangul_chars", 0)  # these fakes answer in plain Russian; the guard has its own test
     settings = HydeSettings(n_hypotheses=n, hypothesis_length=200, **hyde)
     return HypothesisGenerator(FunctionModel(fn), "fake-model", "grammar", cache=cache or MemoryCache(), hyde=settings)
 
@@ -137,3 +138,17 @@ def test_token_usage_is_recorded() -> None:
 
     result = asyncio.run(_generator(fn, n=2).generate("вопрос"))
     assert result.usage.requests == 2 and result.usage.input_tokens > 0 and result.usage.output_tokens > 0
+
+
+def test_garbage_without_korean_is_rejected() -> None:
+    answers = iter(["Стильерация определяет усложность находить", "Конструкция: -고 싶다. Пример: 가고 싶어요."])
+
+    async def fn(messages, info):
+        return ModelResponse(parts=[TextPart(next(answers))])
+
+    result = asyncio.run(_generator(fn, n=2, min_hangul_chars=4).generate("вопрос"))
+    assert [h.text[:12] for h in result.hypotheses] == ["Конструкция:"]
+    assert result.rejected == 1
+    answers = iter(["только русский текст", "и этот тоже"])
+    result = asyncio.run(_generator(fn, n=2, min_hangul_chars=4).generate("другой вопрос"))
+    assert result.hypotheses == [] and result.rejected == 2 and result.failure_reason == "empty_hypotheses"

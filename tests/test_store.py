@@ -149,3 +149,11 @@ def test_edge_store_with_deleted_shard_folder(tmp_path: Path, hash_embedder, bm2
     shutil.rmtree(tmp_path / "e" / "c" / "shard")
     with pytest.raises(StoreUnavailableError, match="--recreate"):
         EdgeStore(tmp_path / "e").count("c")
+
+
+def test_ties_are_broken_by_doc_id(store, hash_embedder, bm25) -> None:
+    twins = [Document(f"t{i}", "одинаковый текст 같은 문장", {}) for i in (3, 1, 2)]
+    ingest_documents(twins, "c", store, hash_embedder, bm25, progress=False)
+    for _ in range(3):
+        hits = Retriever(store, hash_embedder, bm25).search("c", "одинаковый текст", top_k=3, mode="dense")
+        assert [h.doc_id for h in hits] == ["t1", "t2", "t3"]

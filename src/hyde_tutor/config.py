@@ -111,6 +111,9 @@ class HydeSettings(BaseModel):
     raw_weight: float = Field(1.0, ge=0, description="RRF weight of the raw-query channel.")
     hypothesis_weight: float = Field(1.0, ge=0, description="RRF weight of each hypothesis channel.")
     timeout_s: float = Field(60.0, gt=0, description="Per-call timeout of hypothesis generation.")
+    min_hangul_chars: int = Field(
+        4, ge=0, description="Drop hypotheses with fewer Hangul characters (garbage guard; 0 = off)."
+    )
     cache: Literal["memory", "disk", "off"] = Field("memory", description="Hypothesis cache; disk = under data_dir.")
     rerank: bool = Field(False, description="Rerank fused results with a CrossEncoder against the original query.")
     reranker_model: str | None = Field(None, description="Local CrossEncoder folder (no weights ship offline).")

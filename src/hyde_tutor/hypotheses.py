@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -26,6 +27,7 @@ from .prompts import Perspective, Prompt, load_prompt, parse_perspectives
 Domain = Literal["grammar", "docs"]
 PROMPT_NAMES: dict[str, str] = {"grammar": "hypothesis_grammar", "docs": "hypothesis_docs"}
 MAX_HYPOTHESES = 8
+_HANGUL = re.compile("[가-힣]")
 
 
 def normalise_length(text: str, length: int, exact: bool = False) -> str:
@@ -141,6 +143,7 @@ class GenerationResult:
     timeouts: int = 0
     empty: int = 0
     duplicates: int = 0
+    rejected: int = 0
     usage: TokenUsage = field(default_factory=TokenUsage)
     seconds: float = 0.0
 
@@ -232,6 +235,8 @@ class HypothesisGenerator:
         fingerprint = " ".join(text.lower().split())
         if not fingerprint:
             result.empty += 1
+        elif len(_HANGUL.findall(text)) < self.hyde.min_hangul_chars:
+            result.rejected += 1  # wrong shape: a corpus passage always carries Korean examples
         elif fingerprint in seen:
             result.duplicates += 1
         else:

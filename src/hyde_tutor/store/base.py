@@ -92,6 +92,12 @@ def public_payload(payload: dict[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (payload or {}).items() if k not in INTERNAL_KEYS}
 
 
+def ranked(hits: list[Hit]) -> list[Hit]:
+    """Score order with a deterministic tie-break (doc id): Qdrant's fusion orders ties arbitrarily,
+    which would otherwise make fused HyDE rankings differ from run to run."""
+    return sorted(hits, key=lambda h: (-h.score, h.doc_id))
+
+
 def hit_from(payload: dict[str, Any] | None, score: float) -> Hit:
     payload = payload or {}
     return Hit(doc_id=str(payload.get(DOC_ID_KEY, "")), score=float(score), payload=public_payload(payload))

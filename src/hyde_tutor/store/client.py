@@ -14,7 +14,7 @@ from qdrant_client.http.exceptions import UnexpectedResponse
 
 from ..config import IndexSettings
 from ..errors import CollectionNotFoundError, StoreLockedError, StoreUnavailableError
-from .base import DENSE, HASH_KEY, SPARSE, CollectionSpec, Hit, PointRecord, SearchRequest, hit_from
+from .base import DENSE, HASH_KEY, SPARSE, CollectionSpec, Hit, PointRecord, SearchRequest, hit_from, ranked
 
 SPEC_KEY = "hyde_tutor_spec"
 
@@ -109,7 +109,7 @@ class QdrantClientStore:
             collection_name=name,
             requests=[_client_query(r, with_params=not self.exact) for r in requests],
         )
-        return [[hit_from(p.payload, p.score) for p in resp.points] for resp in responses]
+        return [ranked([hit_from(p.payload, p.score) for p in resp.points]) for resp in responses]
 
     def close(self) -> None:
         self.client.close()

@@ -19,7 +19,7 @@ import qdrant_edge as qe
 
 from ..config import IndexSettings
 from ..errors import CollectionNotFoundError, StoreLockedError, StoreUnavailableError
-from .base import DENSE, HASH_KEY, SPARSE, CollectionSpec, Hit, PointRecord, SearchRequest, hit_from
+from .base import DENSE, HASH_KEY, SPARSE, CollectionSpec, Hit, PointRecord, SearchRequest, hit_from, ranked
 
 META_FILE = "collection.json"
 SHARD_DIR = "shard"
@@ -185,7 +185,7 @@ class EdgeStore:
             return []
         batch = qe.QueryBatchRequest([_edge_query(r) for r in requests])
         results = self._call(name, lambda shard: shard.query_batch(batch))
-        return [[hit_from(p.payload, p.score) for p in points] for points in results]
+        return [ranked([hit_from(p.payload, p.score) for p in points]) for points in results]
 
     def _call(self, name: str, fn: Any) -> Any:
         shard = self._shard(name)
