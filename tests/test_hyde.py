@@ -182,6 +182,10 @@ def test_reranker_scores_against_the_original_query(retriever) -> None:
     assert spy.queries == ["исходный вопрос про но"]  # never the hypothesis
     assert res.results[0].id == "g3" and res.results[0].score == 1.0
     assert res.timings.rerank_ms > 0
+    seen: list[int] = []
+    spy.scores = lambda q, texts: seen.append(len(texts)) or [0.0] * len(texts)  # type: ignore[method-assign]
+    asyncio.run(hr.search("grammar", "вопрос", top_k=1, rerank_candidates=2))
+    assert seen == [2]  # rerank_top_k / rerank_candidates limits what the reranker sees
 
 
 def test_adaptive_threshold_steps_down() -> None:

@@ -72,7 +72,7 @@ def test_agent_calls_grammar_search_and_answers_from_it(hyde_retriever, capfire)
     result = agent.run_sync("Как сказать, что я хочу?", deps=deps)
 
     assert result.output == "Ответ: используйте -고 싶다"
-    assert spy_calls == [("grammar", "хотеть 가고 싶어요", {"top_k": 5, "use_hyde": True})]  # explicit flag won
+    assert spy_calls == [("grammar", "хотеть 가고 싶어요", {"top_k": 5, "use_hyde": True, "rerank_candidates": None})]
     tool_result = seen[0].content
     assert tool_result["used_hyde"] is True and tool_result["results"][0]["id"] == "g1"
     assert "vector" not in json.dumps(tool_result)
@@ -100,6 +100,7 @@ def test_tool_schema_comes_from_docstrings() -> None:
     assert set(props) == {"query", "top_k", "use_hyde"}
     assert "experiment" in props["use_hyde"]["description"]
     assert tool.parameters_json_schema["required"] == ["query"]
+    assert set(captured["ko_docs_search"].parameters_json_schema["properties"]) == {"query", "top_k", "rerank_top_k", "use_hyde"}
 
 
 def test_capability_bundles_the_tools(hyde_retriever) -> None:

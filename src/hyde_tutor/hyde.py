@@ -141,24 +141,30 @@ class HydeRetriever:
         n_hypotheses: int | None = None,
         fusion: FusionMode | None = None,
         include_raw: bool = True,
+        rerank_candidates: int | None = None,
     ) -> HydeResult:
-        """Run the pipeline for one query. Raises only for bad input or a failing store, never for HyDE."""
+        """Run the pipeline for one query. Raises only for bad input or a failing store, never for HyDE.
+
+        ``rerank_candidates`` overrides how many fused results the reranker (if configured) scores.
+        """
         with logfire.span("hyde.search {collection}", collection=collection) as span:
-            result = await self._search(collection, query, top_k, use_hyde, n_hypotheses, fusion, include_raw)
+            result = await self._search(collection, query, top_k, use_hyde, n_hypotheses, fusion, include_raw,
+                                        rerank_candidates)
             span.set_attributes({"used_hyde": result.used_hyde, "fallback_reason": result.fallback_reason or "",
                                  "n_hypotheses": len(result.hypotheses), "results": len(result.results)})
             return result
 
     async def _search(
         self, collection: str, query: Any, top_k: int | None, use_hyde: bool | None, n_hypotheses: int | None,
-        fusion: FusionMode | None, include_raw: bool,
+        fusion: FusionMode | None, include_raw: bool, rerank_candidates: int | None = None,
     ) -> HydeResult:
         started = time.perf_counter()
         text = validate_query(query, self.retriever.settings.max_query_chars)
         top_k = validate_top_k(top_k if top_k is not None else self.retriever.settings.top_k)
         fusion = fusion or self.settings.fusion
         self.retriever.check_collection(collection)
-        depth = max(top_k, self.settings.rerank_candidates if self.reranker else top_k, 10)
+        candidates = rerank_candidates or self.settings.rerank_candidates
+        depth = max(top_k, candidates if self.reranker else top_k, 10)
         use = self.settings.enabled if use_hyde is None else bool(use_hyde)
 
         raw_task = asyncio.create_task(self._timed_raw(collection, text, depth))
@@ -166,13 +172,13 @@ class HydeRetriever:
             (raw_hits, raw_enc, raw_ms) = await raw_task
             result = self._fallback(text, collection, raw_hits, "disabled", fusion)
             result.timings.raw_ms = raw_ms
-            return await self._finish(result, text, top_k, started)
+            return await self._finish(result, text, top_k, started, candidates)
 
         generated = await self._generate(collection, text, n_hypotheses)
         raw_hits, raw_enc, raw_ms = await raw_task
         result = await self._with_hypotheses(text, collection, raw_hits, raw_enc, generated, fusion, include_raw, depth)
         result.timings.raw_ms = raw_ms
-        return await self._finish(result, text, top_k, started)
+        return await self._finish(result, text, top_k, started, candidates)
 
     async def _generate(self, collection: str, text: str, n: int | None) -> GenerationResult:
         try:
@@ -257,11 +263,11 @@ class HydeRetriever:
         docs = [RetrievedDoc(h.doc_id, h.score, h.payload, (RAW,)) for h in raw_hits]
         return HydeResult(text, collection, docs, False, reason, fusion=fusion)
 
-    async def _finish(self, result: HydeResult, text: str, top_k: int, started: float) -> HydeResult:
+    async def _finish(self, result: HydeResult, text: str, top_k: int, started: float, candidates: int) -> HydeResult:
         if self.reranker is not None and result.results:
             t0 = time.perf_counter()
-            with logfire.span("hyde.rerank", candidates=len(result.results)):
-                result.results = await asyncio.to_thread(self._rerank, text, result.results)
+            with logfire.span("hyde.rerank", candidates=min(candidates, len(result.results))):
+                result.results = await asyncio.to_thread(self._rerank, text, result.results[:candidates])
             result.timings.rerank_ms = (time.perf_counter() - t0) * 1000
         s = self.settings
         threshold, kept = adaptive_threshold(
@@ -274,7 +280,7 @@ class HydeRetriever:
 
     def _rerank(self, query: str, docs: list[RetrievedDoc]) -> list[RetrievedDoc]:
         assert self.reranker is not None
-        head = docs[: self.settings.rerank_candidates]
+        head = docs
         scores = self.reranker.scores(query, [payload_text(d.payload) for d in head])  # ORIGINAL query
         order = sorted(range(len(head)), key=lambda i: -scores[i])
         return [RetrievedDoc(head[i].id, scores[i], head[i].payload, head[i].channels) for i in order]

@@ -27,6 +27,7 @@ from .prompts import load_prompt
 from .validation import validate_query, validate_top_k
 
 MAX_TOOL_TOP_K = 10
+MAX_RERANK_TOP_K = 50
 
 
 @dataclass
@@ -61,6 +62,7 @@ def compact_result(doc: RetrievedDoc) -> dict[str, Any]:
 
 async def run_search(
     ctx: RunContext[TutorDeps], tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None,
+    rerank_top_k: Any = None,
 ) -> dict[str, Any]:
     """Shared body of the search tools: validate, decide HyDE, search, record, compact."""
     deps = ctx.deps
@@ -68,6 +70,9 @@ async def run_search(
     try:
         text = validate_query(query, settings.max_query_chars)
         k = validate_top_k(top_k, MAX_TOOL_TOP_K)
+        rerank = None if rerank_top_k is None else validate_top_k(rerank_top_k, MAX_RERANK_TOP_K)
+        if rerank is not None and rerank < k:
+            raise QueryValidationError(f"rerank_top_k ({rerank}) must be at least top_k ({k}).")
     except QueryValidationError as exc:
         raise ModelRetry(f"{exc} Call {tool} again with corrected arguments.") from exc
     experiment = deps.current_experiment()
@@ -75,7 +80,8 @@ async def run_search(
     record = RetrievalRecord(decision.experiment, decision.arm, decision.use_hyde, decision.reason, tool, collection,
                              subject=deps.subject_id)
     try:
-        result = await deps.retriever.search(collection, text, top_k=k, use_hyde=decision.use_hyde)
+        result = await deps.retriever.search(collection, text, top_k=k, use_hyde=decision.use_hyde,
+                                             rerank_candidates=rerank)
     except HydeTutorError as exc:
         record.error = type(exc).__name__
         _record(deps.monitor, record)
@@ -149,7 +155,8 @@ def _grammar_tool(name: str, collection: str) -> Callable[..., Any]:
 
 def _docs_tool(name: str, collection: str) -> Callable[..., Any]:
     async def docs_search(
-        ctx: RunContext[TutorDeps], query: str, top_k: int = 5, use_hyde: bool | None = None
+        ctx: RunContext[TutorDeps], query: str, top_k: int = 5, rerank_top_k: int | None = None,
+        use_hyde: bool | None = None,
     ) -> dict[str, Any]:
         """Search the educational documents (particles, speech levels, conjugation, honorifics,
         pronunciation, study methods), written in Russian with Korean examples.
@@ -157,9 +164,11 @@ def _docs_tool(name: str, collection: str) -> Callable[..., Any]:
         Args:
             query: The learner's question.
             top_k: How many documents to return (1-10).
+            rerank_top_k: How many candidates the reranker scores before the top_k are kept (top_k-50);
+                null uses the configured default. Ignored when no reranker is configured.
             use_hyde: True forces HyDE, False forces plain search, null lets the running experiment decide.
         """
-        return await run_search(ctx, name, collection, query, top_k, use_hyde)
+        return await run_search(ctx, name, collection, query, top_k, use_hyde, rerank_top_k)
 
     return docs_search
 
