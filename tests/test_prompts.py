@@ -7,7 +7,9 @@ from hyde_tutor.prompts import load_prompt, parse_perspectives, prompt_versions,
 
 
 def test_bundled_prompts_load() -> None:
-    for name in ("hypothesis_grammar", "hypothesis_docs", "perspectives"):
+    request = load_prompt("hypothesis_request").text
+    assert "{query}" in request and "{perspective}" in request
+    for name in ("hypothesis_grammar", "hypothesis_docs", "perspectives", "hypothesis_request", "tutor"):
         p = load_prompt(name)
         assert p.text and p.ref.startswith(f"{name}@v")
     perspectives = parse_perspectives(load_prompt("perspectives").text)

@@ -181,6 +181,7 @@ class HypothesisGenerator:
         domain: Domain,
         *,
         prompt: Prompt | None = None,
+        request: Prompt | None = None,
         perspectives: list[Perspective] | None = None,
         cache: HypothesisCache | None = None,
         hyde: HydeSettings | None = None,
@@ -194,6 +195,7 @@ class HypothesisGenerator:
         self.domain = domain
         self.model_name = model_name
         self.prompt = prompt or load_prompt(PROMPT_NAMES[domain])
+        self.request = request or load_prompt("hypothesis_request")
         self.perspectives = perspectives or parse_perspectives(load_prompt("perspectives").text)
         self.cache = cache or MemoryCache()
         self.hyde = hyde or HydeSettings()
@@ -209,8 +211,14 @@ class HypothesisGenerator:
         self.agent = Agent(model, instructions=self.prompt.text, output_type=str, retries=0,
                            model_settings=ModelSettings(**settings))  # type: ignore[typeddict-item]
 
+    @property
+    def prompt_ref(self) -> str:
+        """Both prompt files and their versions: part of every cache key."""
+        return f"{self.prompt.ref}+{self.request.ref}"
+
     def user_prompt(self, query: str, perspective: Perspective) -> str:
-        return f"Вопрос ученика: {query}\n\nУгол зрения: {perspective.instruction}"
+        """The request template (``prompts/hypothesis_request.v<N>.md``) filled with query and perspective."""
+        return self.request.text.replace("{query}", query).replace("{perspective}", perspective.instruction)
 
     async def generate(self, query: str, n: int | None = None, timeout_s: float | None = None) -> GenerationResult:
         """Generate up to ``n`` hypotheses concurrently; never raises for model failures."""
@@ -252,7 +260,7 @@ class HypothesisGenerator:
         return self._gates[loop_id]
 
     async def _one(self, query: str, perspective: Perspective, timeout: float) -> _Outcome:
-        key = cache_key(self.model_name, self.prompt.ref, query, perspective.name)
+        key = cache_key(self.model_name, self.prompt_ref, query, perspective.name)
         cached = self.cache.get(key)
         if cached is not None:
             return _Outcome(perspective.name, cached, cached=True)
