@@ -117,6 +117,7 @@ def test_search_with_hyde_on_the_embedded_model(small_corpus: Path, monkeypatch:
     monkeypatch.setenv("HYDE_LLM__LOCAL_MODEL", "smollm2-135m")
     monkeypatch.setenv("HYDE_LLM__MAX_TOKENS", "32")
     monkeypatch.setenv("HYDE_HYDE__TIMEOUT_S", "300")  # a busy 2-core machine must not turn this into a fallback
+    monkeypatch.setenv("HYDE_HYDE__MIN_HANGUL_CHARS", "0")  # SmolLM2 writes no Korean; this tests the engine path
     _invoke("ingest", "--collection", "grammar", "--file", str(small_corpus))
     out = _invoke("search", "Как сказать, что я хочу поехать в Пусан?", "--collection", "grammar", "--hyde",
                   "--hypotheses", "1", "--fusion", "rrf", "--json", "--show-hypotheses")
@@ -134,6 +135,7 @@ def test_search_compare_prints_raw_and_hyde_side_by_side(small_corpus: Path, mon
     monkeypatch.setenv("HYDE_LLM__LOCAL_MODEL", "smollm2-135m")
     monkeypatch.setenv("HYDE_LLM__MAX_TOKENS", "24")
     monkeypatch.setenv("HYDE_HYDE__TIMEOUT_S", "300")
+    monkeypatch.setenv("HYDE_HYDE__MIN_HANGUL_CHARS", "0")
     _invoke("ingest", "--collection", "grammar", "--file", str(small_corpus))
     out = _invoke("search", "Как сказать, что я хочу поехать?", "--collection", "grammar", "--compare", "--hypotheses", "1", "--top-k", "3")
     assert out.exit_code == 0, out.output

@@ -18,7 +18,7 @@ def test_llama_cpp_engine_smoke_with_smollm2(isolated_env: Path) -> None:
     try:
         assert backend.kind == "local" and backend.name.startswith("local:SmolLM2")
         gen = HypothesisGenerator(backend.model, backend.name, "grammar", cache=MemoryCache(),
-                                  hyde=HydeSettings(timeout_s=120), llm=settings.llm, extra_settings=backend.extra_settings)
+                                  hyde=HydeSettings(timeout_s=120, min_hangul_chars=0), llm=settings.llm, extra_settings=backend.extra_settings)
         result = asyncio.run(gen.generate("Как сказать, что я хочу поехать в Пусан?", n=1))
         assert result.failure_reason is None, result.errors
         assert result.hypotheses[0].text.strip()
