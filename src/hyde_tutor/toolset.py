@@ -12,7 +12,7 @@ plain retrieval (recorded by the monitor). A chat turn never crashes because of 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pydantic_ai import ModelRetry, RunContext
@@ -99,15 +99,11 @@ def _fill(record: RetrievalRecord, result: HydeResult) -> None:
     record.used_hyde = result.used_hyde
     record.fallback_reason = result.fallback_reason if record.use_hyde else None
     record.n_hypotheses = len(result.hypotheses)
-    record.stages_ms = {k: round(v, 2) for k, v in vars_of(result.timings).items()}
+    record.stages_ms = {k: round(v, 2) for k, v in asdict(result.timings).items()}
     record.results = len(result.results)
     record.top_score = result.results[0].score if result.results else None
     record.tokens_in = result.usage.input_tokens
     record.tokens_out = result.usage.output_tokens
-
-
-def vars_of(obj: Any) -> dict[str, float]:
-    return {name: getattr(obj, name) for name in obj.__dataclass_fields__}
 
 
 def _record(monitor: Monitor | None, record: RetrievalRecord) -> None:
