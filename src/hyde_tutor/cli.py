@@ -14,10 +14,10 @@ from typing import Annotated, Any
 import typer
 
 from .config import Settings
-from .documents import iter_jsonl_documents
+from .documents import Document, iter_jsonl_documents
 from .errors import HydeTutorError
 from .evaluation import evaluate_arms, load_beir, report_json, report_table
-from .ingest import ingest_file
+from .ingest import ingest_documents, ingest_file
 from .hyde import HydeResult, HydeRetriever, RetrievedDoc
 from .retriever import Retriever, SearchMode
 from .store import Hit
@@ -217,6 +217,8 @@ def _plain_search(queries: list[tuple[str, str]], collection: str, top_k: int, m
             typer.echo(f"\n[{qid}] {text}  ({mode}, no HyDE)")
             for rank, hit in enumerate(hits, start=1):
                 typer.echo(_hit_line(rank, hit))
+            if not hits:
+                typer.echo("   (no results)")
 
 
 HYDE_ARMS = {"hyde": True, "hyde_only": False}  # arm -> include the raw channel in the fusion
@@ -321,7 +323,7 @@ def bench(
     if not docs:
         _fail(f"No documents in {corpus}.")
     if llm_latency_ms is not None:
-        return _bench_pipeline(settings, corpus, llm_latency_ms, queries, as_json)
+        return _bench_pipeline(settings, docs, llm_latency_ms, queries, as_json)
     try:
         n_sizes = [int(s) for s in sizes.split(",") if s.strip()]
     except ValueError:
@@ -337,7 +339,7 @@ def bench(
         typer.echo(format_rows(rows))
 
 
-def _bench_pipeline(settings: Settings, corpus: Path, latency_ms: float, n_queries: int, as_json: bool) -> None:
+def _bench_pipeline(settings: Settings, docs: list[Document], latency_ms: float, n_queries: int, as_json: bool) -> None:
     from .bench import hyde_pipeline_bench
     from .hypotheses import HypothesisGenerator, NoCache
     from .simulated import simulated_model
@@ -352,7 +354,7 @@ def _bench_pipeline(settings: Settings, corpus: Path, latency_ms: float, n_queri
     )
     collection = "bench_pipeline"
     try:
-        ingest_file(corpus, collection, retriever.store, retriever.dense, retriever.sparse, progress=not as_json)
+        ingest_documents(docs, collection, retriever.store, retriever.dense, retriever.sparse, progress=not as_json)
         data = load_beir(Path("data/eval/grammar")) if Path("data/eval/grammar").is_dir() else None
         texts = [q.text for q in data.queries[:n_queries]] if data else ["Как сказать, что я хочу пойти?"] * n_queries
         out = hyde_pipeline_bench(hr, collection, texts, latency_ms)

@@ -280,10 +280,9 @@ class HydeRetriever:
 
     def _rerank(self, query: str, docs: list[RetrievedDoc]) -> list[RetrievedDoc]:
         assert self.reranker is not None
-        head = docs
-        scores = self.reranker.scores(query, [payload_text(d.payload) for d in head])  # ORIGINAL query
-        order = sorted(range(len(head)), key=lambda i: -scores[i])
-        return [RetrievedDoc(head[i].id, scores[i], head[i].payload, head[i].channels) for i in order]
+        scores = self.reranker.scores(query, [payload_text(d.payload) for d in docs])  # ORIGINAL query
+        order = sorted(range(len(docs)), key=lambda i: -scores[i])
+        return [RetrievedDoc(docs[i].id, scores[i], docs[i].payload, docs[i].channels) for i in order]
 
 
 def _merge_sparse(vectors: Sequence[SparseVec]) -> SparseVec:
