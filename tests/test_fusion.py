@@ -45,3 +45,15 @@ def test_mean_vector_is_normalised_mean() -> None:
 
 def test_channels_by_doc() -> None:
     assert channels_by_doc({"raw": ["a", "b"], "hyde:0": ["b"]}) == {"a": ("raw",), "b": ("raw", "hyde:0")}
+
+
+def test_protect_head_keeps_the_raw_top_in_order_and_scores_monotone() -> None:
+    from hyde_tutor.fusion import protect_head
+
+    fused = [("x", 0.9), ("b", 0.8), ("y", 0.7), ("a", 0.5), ("c", 0.4)]
+    out = protect_head(fused, ["a", "b", "c"], 2)
+    assert [d for d, _ in out] == ["a", "b", "x", "y", "c"]
+    scores = [s for _, s in out]
+    assert scores == sorted(scores, reverse=True) and dict(out)["x"] == 0.9
+    assert protect_head(fused, ["a"], 0) == fused
+    assert [d for d, _ in protect_head(fused, ["zz", "c"], 3)][:1] == ["c"]  # ids the fusion lacks are skipped

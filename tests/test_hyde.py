@@ -213,3 +213,27 @@ def test_bad_queries_raise_typed_errors(retriever, bad) -> None:
     hr = _hyde(retriever, _text_model())
     with pytest.raises(QueryValidationError):
         asyncio.run(hr.search("grammar", bad))
+
+
+def test_protect_top_keeps_raw_hits_above_off_topic_hypotheses(retriever) -> None:
+    off_topic = _text_model(lambda p: "-지만 противопоставление но 비싸지만 좋아요 " + p[-6:])
+    query = "-고 싶다 хотеть"
+    unprotected = asyncio.run(_hyde(retriever, off_topic, protect_top=0).search("grammar", query, top_k=4))
+    assert unprotected.results[0].id == "g3"  # two hypothesis channels outvote the raw channel
+    protected = asyncio.run(_hyde(retriever, off_topic, protect_top=1).search("grammar", query, top_k=4))
+    assert protected.used_hyde and protected.results[0].id == "g1" and protected.results[1].id == "g3"
+    scores = [d.score for d in protected.results]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_embedded_model_protects_the_raw_top_by_default(isolated_env) -> None:
+    from hyde_tutor.config import Settings
+
+    settings = Settings()
+    assert HydeRetriever(None, lambda d: None, settings.hyde).protect_top == 0  # type: ignore[arg-type]
+    local = HydeRetriever.from_settings(settings, retriever=object())  # type: ignore[arg-type]
+    assert local.protect_top == 3  # no API configured: the embedded model
+    api = HydeRetriever.from_settings(Settings(llm={"provider": "openai", "api_key": "sk-test"}), retriever=object())  # type: ignore[arg-type]
+    assert api.protect_top == 0
+    pinned = HydeRetriever.from_settings(Settings(hyde={"protect_top": 5}), retriever=object())  # type: ignore[arg-type]
+    assert pinned.protect_top == 5

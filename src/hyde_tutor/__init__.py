@@ -17,16 +17,26 @@ from .errors import (
     StoreUnavailableError,
 )
 from .experiment import Decision, Experiment, ReloadableExperiment, decide
-from .fusion import max_score_fusion, mean_vector, reciprocal_rank_fusion
+from .fusion import max_score_fusion, mean_vector, protect_head, reciprocal_rank_fusion
 from .hyde import HydeResult, HydeRetriever, RetrievedDoc
 from .hypotheses import HypothesisGenerator
 from .llm import LLMBackend, make_llm
 from .monitor import Monitor, RetrievalRecord
 from .toolset import HydeSearchToolset, TutorDeps, hyde_capability, tutor_instructions
-from .ingest import IngestReport, ingest_documents, ingest_file
+from .ingest import IngestReport, QuestionIngestReport, ingest_documents, ingest_file, ingest_questions
+from .questions import QuestionCache, QuestionGenerator, parse_questions, question_generator_from_settings
 from .retriever import Retriever
 from .sparse import Bm25Encoder, SparseVec
-from .store import CollectionSpec, EdgeStore, Hit, QdrantClientStore, SearchRequest, VectorStore, open_store
+from .store import (
+    CollectionSpec,
+    EdgeStore,
+    Hit,
+    QdrantClientStore,
+    SearchRequest,
+    VectorStore,
+    open_store,
+    questions_collection,
+)
 
 __version__ = "0.1.0"
 
@@ -80,4 +90,12 @@ __all__ = [
     "open_store",
     "point_id_for",
     "reciprocal_rank_fusion",
+    "protect_head",
+    "QuestionCache",
+    "QuestionGenerator",
+    "QuestionIngestReport",
+    "ingest_questions",
+    "parse_questions",
+    "question_generator_from_settings",
+    "questions_collection",
 ]

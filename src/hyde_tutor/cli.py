@@ -6,7 +6,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Iterator
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,7 +17,8 @@ from .config import Settings
 from .documents import Document, iter_jsonl_documents
 from .errors import HydeTutorError
 from .evaluation import evaluate_arms, load_beir, report_json, report_table
-from .ingest import ingest_documents, ingest_file
+from .ingest import ingest_documents, ingest_file, ingest_questions, read_documents
+from .questions import question_generator_from_settings
 from .hyde import HydeResult, HydeRetriever, RetrievedDoc
 from .retriever import Retriever, SearchMode
 from .store import Hit
@@ -57,13 +58,33 @@ def ingest(
     collection: Annotated[str, typer.Option(help="Collection to write into.")],
     file: Annotated[Path, typer.Option(help="JSONL: grammar entries, documents, or BEIR corpus.jsonl.")],
     recreate: Annotated[bool, typer.Option("--recreate", help="Drop and rebuild the collection.")] = False,
+    questions: Annotated[int | None, typer.Option(
+        "--questions", min=1, max=10,
+        help="Also write K learner questions per document with the LLM (write-time HyDE), searched as the questions channel.",
+    )] = None,
+    regenerate: Annotated[bool, typer.Option("--regenerate", help="With --questions: ignore the question cache.")] = False,
 ) -> None:
-    """Ingest a JSONL file. Re-running writes only new or changed documents."""
+    """Ingest a JSONL file. Re-running writes only new or changed documents (and their questions)."""
+    settings = Settings()
     with _retriever() as r:
-        report = ingest_file(file, collection, r.store, r.dense, r.sparse, recreate=recreate, batch_size=Settings().index.batch_size)
-    typer.echo(report.summary())
+        report = ingest_file(file, collection, r.store, r.dense, r.sparse, recreate=recreate, batch_size=settings.index.batch_size)
+        typer.echo(report.summary())
+        if questions:
+            typer.echo(_ingest_questions(settings, r, file, collection, questions, regenerate, recreate))
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _ingest_questions(settings: Settings, r: Retriever, file: Path, collection: str, k: int, regenerate: bool,
+                      recreate: bool) -> str:
+    documents, _ = read_documents(file)
+    generator, close = question_generator_from_settings(settings)
+    try:
+        report = ingest_questions(documents, collection, r.store, r.dense, r.sparse, generator, k,
+                                  regenerate=regenerate, recreate=recreate, batch_size=settings.index.batch_size)
+    finally:
+        close()
+    return report.summary()
 
 
 def _read_queries(path: Path) -> list[tuple[str, str]]:
@@ -83,6 +104,17 @@ def _read_queries(path: Path) -> list[tuple[str, str]]:
                 _fail(f"{path}:{n}: expected a BEIR query object with _id and text.")
         out.append((str(n), line.strip()))
     return out
+
+
+_LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def _json_line(obj: Any) -> str:
+    """One JSON object on one line: the line breaks JSON leaves raw (NEL, U+2028/9) are escaped too."""
+    text = json.dumps(obj, ensure_ascii=False)
+    for raw, escaped in _LINE_BREAKS.items():
+        text = text.replace(raw, escaped)
+    return text
 
 
 def _hit_json(hit: Hit) -> dict[str, Any]:
@@ -123,6 +155,7 @@ def _result_json(qid: str, res: HydeResult, verbose: bool) -> dict[str, Any]:
     if verbose:
         line["hypotheses"] = [{"perspective": h.perspective, "text": h.text, "cached": h.cached} for h in res.hypotheses]
         line["channels"] = {d.id: list(d.channels) for d in res.results}
+        line["used_questions"] = res.used_questions
         line["timings_ms"] = {k: round(v, 1) for k, v in asdict(res.timings).items()}
         line["usage"] = asdict(res.usage)
     return line
@@ -135,6 +168,8 @@ def search(
     top_k: Annotated[int, typer.Option("--top-k", min=1, max=100)] = 5,
     hyde: Annotated[bool | None, typer.Option("--hyde/--no-hyde", help="Force HyDE on/off (default: HYDE_HYDE__ENABLED).")] = None,
     hypotheses: Annotated[int | None, typer.Option("--hypotheses", min=1, max=8, help="Hypotheses per query.")] = None,
+    questions: Annotated[bool | None, typer.Option(
+        "--questions/--no-questions", help="Add the write-time questions channel (default: HYDE_QUESTIONS__ENABLED).")] = None,
     fusion: Annotated[str | None, typer.Option(help="rrf | max | mean (channel fusion).")] = None,
     mode: Annotated[str, typer.Option(help="hybrid | dense | sparse (dense/sparse imply --no-hyde).")] = "hybrid",
     queries_file: Annotated[Path | None, typer.Option("--queries-file", help="BEIR queries.jsonl or one query per line.")] = None,
@@ -156,7 +191,7 @@ def search(
     texts = [q for _, q in queries]
     try:
         results = asyncio.run(_search_all(hr, collection, texts, top_k=top_k, use_hyde=True if compare else hyde,
-                                          n_hypotheses=hypotheses, fusion=fusion))
+                                          n_hypotheses=hypotheses, fusion=fusion, use_questions=questions))
         raw = asyncio.run(_search_all(hr, collection, texts, top_k=top_k, use_hyde=False)) if compare else []
     except HydeTutorError as exc:
         _fail(str(exc))
@@ -168,7 +203,7 @@ def search(
         return
     for (qid, _), res in zip(queries, results, strict=True):
         if as_json:
-            typer.echo(json.dumps(_result_json(qid, res, show_hypotheses), ensure_ascii=False))
+            typer.echo(_json_line(_result_json(qid, res, show_hypotheses)))
         else:
             _print_result(qid, res)
 
@@ -212,7 +247,7 @@ def _plain_search(queries: list[tuple[str, str]], collection: str, top_k: int, m
         if as_json:
             line = {"query_id": qid, "query": text, "used_hyde": False, "fallback_reason": "disabled",
                     "results": [_hit_json(h) for h in hits]}
-            typer.echo(json.dumps(line, ensure_ascii=False))
+            typer.echo(_json_line(line))
         else:
             typer.echo(f"\n[{qid}] {text}  ({mode}, no HyDE)")
             for rank, hit in enumerate(hits, start=1):
@@ -221,19 +256,35 @@ def _plain_search(queries: list[tuple[str, str]], collection: str, top_k: int, m
                 typer.echo("   (no results)")
 
 
-HYDE_ARMS = {"hyde": True, "hyde_only": False}  # arm -> include the raw channel in the fusion
+@dataclass(frozen=True, slots=True)
+class PipelineArm:
+    """An eval arm run through the HyDE pipeline: which channels it fuses."""
+
+    use_hyde: bool
+    include_raw: bool = True
+    use_questions: bool = False
+
+
+HYDE_ARMS: dict[str, PipelineArm] = {
+    "hyde": PipelineArm(True),
+    "hyde_only": PipelineArm(True, include_raw=False),
+    "questions": PipelineArm(False, use_questions=True),
+    "hyde+questions": PipelineArm(True, use_questions=True),
+}
 
 
 @app.command("eval")
 def evaluate(
     collection: Annotated[str, typer.Option(help="Collection to evaluate; ingested from DIR/corpus.jsonl if missing.")],
     dataset: Annotated[Path, typer.Option(help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv.")],
-    arms: Annotated[str, typer.Option(help="Comma-separated: raw, rrf, dbsf, dense, sparse, hyde, hyde_only.")] = "raw",
+    arms: Annotated[str, typer.Option(
+        help="Comma-separated: raw, rrf, dbsf, dense, sparse, hyde, hyde_only, questions, hyde+questions.")] = "raw",
     k: Annotated[int, typer.Option("--k", min=10, max=100, help="Retrieval depth (metrics use @1/5/10).")] = 10,
     hypotheses: Annotated[int | None, typer.Option("--hypotheses", min=1, max=8)] = None,
     fusion: Annotated[str | None, typer.Option(help="rrf | max | mean for the hyde arms.")] = None,
     limit: Annotated[int | None, typer.Option(help="Evaluate N queries spread evenly over the set.")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG of nDCG@10 and recall@5 per arm and query group.")] = None,
 ) -> None:
     """Score arms on the same queries: recall@1/5/10, precision@5, MRR@10, nDCG@10, per query group."""
     names = [a.strip() for a in arms.split(",") if a.strip()]
@@ -266,6 +317,17 @@ def evaluate(
         _fail(str(exc))
     finally:
         hr.close()
+    if plot is not None:
+        from collections import Counter
+
+        from .plots import plot_eval
+
+        try:
+            chart = plot_eval(results, plot, title=f"{dataset.name}: {len(data.queries)} queries",
+                              group_counts=Counter(q.group for q in data.queries))
+        except HydeTutorError as exc:
+            _fail(str(exc))
+        typer.echo(f"chart: {chart}", err=True)
     if as_json:
         out = report_json(results, len(data.queries))
         out["fallbacks"] = fallbacks
@@ -289,15 +351,19 @@ def _raw_arm(r: Retriever, collection: str, k: int, mode: SearchMode, fusion: st
     return run
 
 
-def _hyde_arm(hr: HydeRetriever, collection: str, k: int, include_raw: bool, n: int | None, fusion: str | None,
+def _hyde_arm(hr: HydeRetriever, collection: str, k: int, arm: PipelineArm, n: int | None, fusion: str | None,
               fallbacks: dict[str, int]):  # type: ignore[no-untyped-def]
     loop = asyncio.new_event_loop()  # one loop for all batches: HTTP clients stay bound to it
 
     def run(texts):  # type: ignore[no-untyped-def]
-        results = loop.run_until_complete(_search_all(hr, collection, list(texts), top_k=k, use_hyde=True,
-                                                      n_hypotheses=n, fusion=fusion, include_raw=include_raw))
+        results = loop.run_until_complete(_search_all(
+            hr, collection, list(texts), top_k=k, use_hyde=arm.use_hyde, n_hypotheses=n, fusion=fusion,
+            include_raw=arm.include_raw, use_questions=arm.use_questions,
+        ))
         for res in results:
-            if res.fallback_reason:
+            if arm.use_questions and not res.used_questions:
+                fallbacks["no_questions_index"] = fallbacks.get("no_questions_index", 0) + 1
+            if res.fallback_reason and arm.use_hyde:
                 fallbacks[res.fallback_reason] = fallbacks.get(res.fallback_reason, 0) + 1
         return [[d.id for d in res.results] for res in results]
 

@@ -110,6 +110,11 @@ class HydeSettings(BaseModel):
     rrf_k: int = Field(60, ge=1, description="RRF k across channels.")
     raw_weight: float = Field(1.0, ge=0, description="RRF weight of the raw-query channel.")
     hypothesis_weight: float = Field(1.0, ge=0, description="RRF weight of each hypothesis channel.")
+    protect_top: int | None = Field(
+        None, ge=0, le=100,
+        description="Keep the raw query's top N on top of fused HyDE results; unset = 3 with the embedded local "
+        "model (its hypotheses only hurt in our eval), 0 with API models.",
+    )
     timeout_s: float = Field(60.0, gt=0, description="Per-call timeout of hypothesis generation.")
     min_hangul_chars: int = Field(
         4, ge=0, description="Drop hypotheses with fewer Hangul characters (garbage guard; 0 = off)."
@@ -124,6 +129,18 @@ class HydeSettings(BaseModel):
     threshold_min_results: int = Field(3, ge=1, description="Step the threshold down until this many results pass.")
 
 
+class QuestionSettings(BaseModel):
+    """Write-time HyDE: learner questions generated per document at ingest, searched as a channel."""
+
+    enabled: bool = Field(False, description="Default for use_questions (needs `ingest --questions K` first).")
+    k: int = Field(3, ge=1, le=10, description="Questions per document written by `ingest --questions`.")
+    max_tokens: int = Field(100, ge=16, le=2048, description="Token budget of one question-generation call.")
+    max_document_chars: int = Field(600, ge=100, le=20000, description="Document characters shown to the LLM.")
+    timeout_s: float = Field(120.0, gt=0, description="Per-document timeout of question generation.")
+    concurrency: int = Field(4, ge=1, le=64, description="Concurrent generation calls (the embedded model runs 1).")
+    weight: float = Field(1.0, ge=0, description="RRF weight of the questions channel.")
+
+
 class ExperimentSettings(BaseModel):
     """The HyDE vs raw A/B experiment."""
 
@@ -131,6 +148,11 @@ class ExperimentSettings(BaseModel):
     name: str = Field("hyde-vs-raw", description="Experiment name (part of the assignment hash).")
     hyde_share: float = Field(0.5, ge=0, le=1, description="Share of subjects in the HyDE arm (0.9 = 90/10).")
     salt: str = Field("", description="Change to reshuffle assignments without renaming the experiment.")
+    arms: str = Field(
+        "raw,hyde",
+        description="Comma-separated arms from raw, hyde, questions, hyde+questions. Two arms raw,hyde split by "
+        "hyde_share; any other list splits evenly.",
+    )
 
 
 class MonitorSettings(BaseModel):
@@ -161,5 +183,6 @@ class Settings(BaseSettings):
     index: IndexSettings = Field(default_factory=IndexSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     hyde: HydeSettings = Field(default_factory=HydeSettings)
+    questions: QuestionSettings = Field(default_factory=QuestionSettings)
     experiment: ExperimentSettings = Field(default_factory=ExperimentSettings)
     monitor: MonitorSettings = Field(default_factory=MonitorSettings)

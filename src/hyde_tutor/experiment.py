@@ -1,4 +1,8 @@
-"""A/B assignment of subjects (users or sessions) to HyDE or plain retrieval.
+"""A/B assignment of subjects (users or sessions) to retrieval arms.
+
+Arms: ``raw`` (plain hybrid), ``hyde`` (read-time HyDE), ``questions`` (write-time questions
+channel) and ``hyde+questions``. The classic two-arm ``raw,hyde`` split uses ``hyde_share``;
+any other arm list splits evenly.
 
 Assignment is a pure function of (experiment name, salt, subject id): deterministic and sticky,
 with no state to store. Precedence when deciding one retrieval:
@@ -18,22 +22,27 @@ from typing import Literal
 
 from .config import Settings
 
-Arm = Literal["hyde", "raw", "unassigned"]
+Arm = Literal["raw", "hyde", "questions", "hyde+questions", "unassigned"]
+ARMS: tuple[str, ...] = ("raw", "hyde", "questions", "hyde+questions")
 DecisionReason = Literal["explicit", "experiment", "default", "experiment_off"]
 
 
 @dataclass(frozen=True, slots=True)
 class Experiment:
-    """HyDE vs raw. ``hyde_share`` of subjects (0..1) go to the ``hyde`` arm."""
+    """Subjects split over ``arms``; with the default ``("raw", "hyde")``, ``hyde_share`` of them get HyDE."""
 
     name: str = "hyde-vs-raw"
     hyde_share: float = 0.5
     salt: str = ""
     enabled: bool = True
+    arms: tuple[str, ...] = ("raw", "hyde")
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.hyde_share <= 1.0:
             raise ValueError(f"hyde_share must be within 0..1, got {self.hyde_share}")
+        unknown = [a for a in self.arms if a not in ARMS]
+        if unknown or not self.arms or len(set(self.arms)) != len(self.arms):
+            raise ValueError(f"experiment arms must be distinct names from {', '.join(ARMS)}; got {list(self.arms)}")
 
     def bucket(self, subject_id: str) -> float:
         """Uniform position in [0, 1) for this subject in this experiment."""
@@ -43,7 +52,10 @@ class Experiment:
     def arm(self, subject_id: str | None) -> Arm:
         if not self.enabled or not subject_id:
             return "unassigned"
-        return "hyde" if self.bucket(subject_id) < self.hyde_share else "raw"
+        position = self.bucket(subject_id)
+        if self.arms == ("raw", "hyde"):
+            return "hyde" if position < self.hyde_share else "raw"
+        return self.arms[min(int(position * len(self.arms)), len(self.arms) - 1)]  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,23 +66,29 @@ class Decision:
     arm: Arm
     reason: DecisionReason
     experiment: str | None = None
+    use_questions: bool | None = None  # None: the retriever's default (questions.enabled)
 
 
 def decide(use_hyde: bool | None, experiment: Experiment | None, subject_id: str | None, default: bool) -> Decision:
-    """Apply the precedence rule: explicit > experiment arm > default."""
+    """Apply the precedence rule: explicit > experiment arm > default.
+
+    An explicit ``use_hyde`` decides HyDE only; the questions channel still follows the arm.
+    """
     name = experiment.name if experiment else None
     arm: Arm = experiment.arm(subject_id) if experiment else "unassigned"
+    questions = None if arm == "unassigned" else "questions" in arm
     if use_hyde is not None:
-        return Decision(bool(use_hyde), arm, "explicit", name)
+        return Decision(bool(use_hyde), arm, "explicit", name, questions)
     if arm != "unassigned":
-        return Decision(arm == "hyde", arm, "experiment", name)
+        return Decision(arm.startswith("hyde"), arm, "experiment", name, questions)
     reason: DecisionReason = "experiment_off" if experiment is not None and not experiment.enabled else "default"
     return Decision(default, arm, reason, name)
 
 
 def experiment_from_settings(settings: Settings) -> Experiment:
     e = settings.experiment
-    return Experiment(e.name, e.hyde_share, e.salt, e.enabled)
+    arms = tuple(a.strip() for a in e.arms.split(",") if a.strip())
+    return Experiment(e.name, e.hyde_share, e.salt, e.enabled, arms)
 
 
 class ReloadableExperiment:

@@ -59,3 +59,23 @@ def channels_by_doc(rankings: Mapping[str, Sequence[str]]) -> dict[str, tuple[st
             if channel not in found.setdefault(doc_id, []):
                 found[doc_id].append(channel)
     return {doc_id: tuple(chs) for doc_id, chs in found.items()}
+
+
+def protect_head(fused: Sequence[tuple[str, float]], anchor: Sequence[str], m: int) -> list[tuple[str, float]]:
+    """Keep the first ``m`` documents of ``anchor`` (the raw query's ranking) on top, in their order.
+
+    The rest follows in fused order. Scores of the protected head are raised just enough to stay
+    non-increasing, so score-based thresholds still read the list top to bottom.
+    Used when hypotheses come from a weak model: they may add candidates, not displace confident hits.
+    """
+    if m <= 0:
+        return list(fused)
+    score = dict(fused)
+    head = [d for d in dict.fromkeys(anchor) if d in score][:m]
+    tail = [(d, s) for d, s in fused if d not in head]
+    out = [[d, score[d]] for d in head]
+    floor = tail[0][1] if tail else float("-inf")
+    for item in reversed(out):
+        item[1] = max(item[1], floor)
+        floor = item[1]
+    return [(d, s) for d, s in out] + tail

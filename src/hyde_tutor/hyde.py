@@ -17,20 +17,21 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .config import HydeSettings, Settings
+from .config import HydeSettings, QuestionSettings, Settings
 from .documents import payload_text
-from .fusion import channels_by_doc, max_score_fusion, mean_vector, reciprocal_rank_fusion
+from .fusion import channels_by_doc, max_score_fusion, mean_vector, protect_head, reciprocal_rank_fusion
 from .monitor import logfire
 from .hypotheses import Domain, GenerationResult, Hypothesis, HypothesisGenerator, TokenUsage, make_cache
 from .rerank import CrossEncoderReranker, Reranker, adaptive_threshold
 from .retriever import EncodedQueries, Retriever
 from .sparse import SparseVec
-from .store import Hit
+from .store import Hit, questions_collection
 from .validation import validate_query, validate_top_k
 
 FusionMode = Literal["rrf", "max", "mean"]
 FallbackReason = Literal["llm_error", "timeout", "empty_hypotheses", "no_results", "disabled"]
 RAW = "raw"
+QUESTIONS = "questions"
 DEFAULT_DOMAINS: dict[str, Domain] = {"grammar": "grammar", "docs": "docs"}
 
 
@@ -69,6 +70,7 @@ class HydeResult:
     effective_threshold: float | None = None
     errors: list[str] = field(default_factory=list)
     fusion: str = "rrf"
+    used_questions: bool = False
 
 
 GeneratorFactory = Callable[[Domain], HypothesisGenerator]
@@ -85,9 +87,14 @@ class HydeRetriever:
         *,
         reranker: Reranker | None = None,
         domains: Mapping[str, Domain] | None = None,
+        questions: QuestionSettings | None = None,
+        protect_top: int | None = None,
     ) -> None:
         self.retriever = retriever
         self.settings = settings or HydeSettings()
+        self.questions = questions or QuestionSettings()
+        # How many raw top results fused HyDE may not displace (settings > caller's default > 0).
+        self.protect_top = self.settings.protect_top if self.settings.protect_top is not None else (protect_top or 0)
         self.reranker = reranker
         self.domains = dict(DEFAULT_DOMAINS if domains is None else domains)
         self._factory = generator_factory
@@ -116,7 +123,11 @@ class HydeRetriever:
             )
 
         reranker = CrossEncoderReranker(settings.hyde.reranker_model) if settings.hyde.rerank and settings.hyde.reranker_model else None
-        instance = cls(retriever, factory, settings.hyde, reranker=reranker)
+        from .llm import resolve_provider
+
+        local = resolve_provider(settings.llm) == "local"  # the embedded model: protect the raw top 3 (README)
+        instance = cls(retriever, factory, settings.hyde, reranker=reranker, questions=settings.questions,
+                       protect_top=3 if local else 0)
         return instance
 
     def close(self) -> None:
@@ -142,21 +153,26 @@ class HydeRetriever:
         fusion: FusionMode | None = None,
         include_raw: bool = True,
         rerank_candidates: int | None = None,
+        use_questions: bool | None = None,
     ) -> HydeResult:
         """Run the pipeline for one query. Raises only for bad input or a failing store, never for HyDE.
 
         ``rerank_candidates`` overrides how many fused results the reranker (if configured) scores.
+        ``use_questions`` adds the write-time questions channel (``ingest --questions K``); a collection
+        without questions simply skips it (noted in ``errors``).
         """
         with logfire.span("hyde.search {collection}", collection=collection) as span:
             result = await self._search(collection, query, top_k, use_hyde, n_hypotheses, fusion, include_raw,
-                                        rerank_candidates)
+                                        rerank_candidates, use_questions)
             span.set_attributes({"used_hyde": result.used_hyde, "fallback_reason": result.fallback_reason or "",
-                                 "n_hypotheses": len(result.hypotheses), "results": len(result.results)})
+                                 "n_hypotheses": len(result.hypotheses), "results": len(result.results),
+                                 "used_questions": result.used_questions})
             return result
 
     async def _search(
         self, collection: str, query: Any, top_k: int | None, use_hyde: bool | None, n_hypotheses: int | None,
         fusion: FusionMode | None, include_raw: bool, rerank_candidates: int | None = None,
+        use_questions: bool | None = None,
     ) -> HydeResult:
         started = time.perf_counter()
         text = validate_query(query, self.retriever.settings.max_query_chars)
@@ -166,18 +182,23 @@ class HydeRetriever:
         candidates = rerank_candidates or self.settings.rerank_candidates
         depth = max(top_k, candidates if self.reranker else top_k, 10)
         use = self.settings.enabled if use_hyde is None else bool(use_hyde)
+        want_questions = self.questions.enabled if use_questions is None else bool(use_questions)
+        has_questions = want_questions and questions_collection(collection) in self.retriever.store.list_collections()
+        if has_questions:
+            self.retriever.check_collection(questions_collection(collection))
 
-        raw_task = asyncio.create_task(self._timed_raw(collection, text, depth))
+        raw_task = asyncio.create_task(self._timed_raw(collection, text, depth, has_questions))
         if not use:
-            (raw_hits, raw_enc, raw_ms) = await raw_task
-            result = self._fallback(text, collection, raw_hits, "disabled", fusion)
-            result.timings.raw_ms = raw_ms
-            return await self._finish(result, text, top_k, started, candidates)
-
-        generated = await self._generate(collection, text, n_hypotheses)
-        raw_hits, raw_enc, raw_ms = await raw_task
-        result = await self._with_hypotheses(text, collection, raw_hits, raw_enc, generated, fusion, include_raw, depth)
+            base, raw_enc, raw_ms = await raw_task
+            result = self._fallback(text, collection, base, "disabled", fusion)
+        else:
+            generated = await self._generate(collection, text, n_hypotheses)
+            base, raw_enc, raw_ms = await raw_task
+            result = await self._with_hypotheses(text, collection, base, raw_enc, generated, fusion, include_raw, depth)
         result.timings.raw_ms = raw_ms
+        result.used_questions = has_questions
+        if want_questions and not has_questions:
+            result.errors.append(f"no questions for {collection!r} (run `hyde-tutor ingest --questions K`)")
         return await self._finish(result, text, top_k, started, candidates)
 
     async def _generate(self, collection: str, text: str, n: int | None) -> GenerationResult:
@@ -187,27 +208,44 @@ class HydeRetriever:
         except Exception as exc:  # noqa: BLE001 - e.g. the LLM backend could not start
             return GenerationResult(errors=[f"{type(exc).__name__}: {exc}"[:300]])
 
-    async def _timed_raw(self, collection: str, text: str, depth: int) -> tuple[list[Hit], EncodedQueries, float]:
+    async def _timed_raw(
+        self, collection: str, text: str, depth: int, questions: bool = False
+    ) -> tuple[dict[str, list[Hit]], EncodedQueries, float]:
+        """The query-only channels: raw, plus the write-time questions channel when asked for."""
         t0 = time.perf_counter()
-        hits, enc = await asyncio.to_thread(self._raw_channel, collection, text, depth)
-        return hits, enc, (time.perf_counter() - t0) * 1000
+        channels, enc = await asyncio.to_thread(self._raw_channel, collection, text, depth, questions)
+        return channels, enc, (time.perf_counter() - t0) * 1000
 
-    def _raw_channel(self, collection: str, text: str, depth: int) -> tuple[list[Hit], EncodedQueries]:
-        with logfire.span("hyde.raw_channel"):
-            return self._raw_search(collection, text, depth)
+    def _raw_channel(self, collection: str, text: str, depth: int, questions: bool = False) -> tuple[dict[str, list[Hit]], EncodedQueries]:
+        with logfire.span("hyde.raw_channel", questions=questions):
+            hits, enc = self._raw_search(collection, text, depth)
+            channels = {RAW: hits}
+            if questions:
+                channels[QUESTIONS] = self._questions_search(collection, enc, depth)
+            return channels, enc
 
     def _raw_search(self, collection: str, text: str, depth: int) -> tuple[list[Hit], EncodedQueries]:
         enc = self.retriever.encode([text])
         hits = self.retriever.store.search_batch(collection, [self.retriever.request(enc, 0, depth)])[0]
         return hits, enc
 
+    def _questions_search(self, collection: str, enc: EncodedQueries, depth: int) -> list[Hit]:
+        """Search the question points; a document matched by several questions counts once (its best)."""
+        r = self.retriever
+        hits = r.store.search_batch(questions_collection(collection), [r.request(enc, 0, depth * 4)])[0]
+        best: dict[str, Hit] = {}
+        for h in hits:  # hits are score-ordered: the first one per document is its best question
+            if h.doc_id not in best:  # the parent's payload, without the matched question
+                best[h.doc_id] = Hit(h.doc_id, h.score, {k: v for k, v in h.payload.items() if k != "question"})
+        return list(best.values())[:depth]
+
     async def _with_hypotheses(
-        self, text: str, collection: str, raw_hits: list[Hit], raw_enc: EncodedQueries,
+        self, text: str, collection: str, base: dict[str, list[Hit]], raw_enc: EncodedQueries,
         gen: GenerationResult, fusion: FusionMode, include_raw: bool, depth: int,
     ) -> HydeResult:
         reason = gen.failure_reason
         if reason is not None:
-            result = self._fallback(text, collection, raw_hits, reason, fusion)  # type: ignore[arg-type]
+            result = self._fallback(text, collection, base, reason, fusion)  # type: ignore[arg-type]
         else:
             t0 = time.perf_counter()
             with logfire.span("hyde.embed", n=len(gen.hypotheses)):
@@ -219,10 +257,14 @@ class HydeRetriever:
                 )
             t2 = time.perf_counter()
             if include_raw:
-                channels = {RAW: raw_hits, **channels}
+                channels = {**base, **channels}
+            elif QUESTIONS in base:
+                channels = {QUESTIONS: base[QUESTIONS], **channels}
             fused = self._fuse(channels, fusion)
+            if include_raw and self.protect_top:
+                fused = self._protect(fused, base[RAW])
             if not fused:
-                result = self._fallback(text, collection, raw_hits, "no_results", fusion)
+                result = self._fallback(text, collection, base, "no_results", fusion)
             else:
                 result = HydeResult(text, collection, fused, True, None, fusion=fusion)
             result.timings.embed_ms = (t1 - t0) * 1000
@@ -253,14 +295,32 @@ class HydeRetriever:
                 payloads.setdefault(h.doc_id, h.payload)
         found_by = channels_by_doc({name: [h.doc_id for h in hits] for name, hits in channels.items()})
         if fusion == "rrf":
-            weights = [self.settings.raw_weight if n == RAW else self.settings.hypothesis_weight for n in channels]
+            weights = [self._weight(n) for n in channels]
             ranked = reciprocal_rank_fusion([[h.doc_id for h in hits] for hits in channels.values()], self.settings.rrf_k, weights)
         else:  # max (and mean, whose single hyde channel is deduplicated against raw the same way)
             ranked = max_score_fusion([[(h.doc_id, h.score) for h in hits] for hits in channels.values()])
         return [RetrievedDoc(d, s, payloads[d], found_by[d]) for d, s in ranked]
 
-    def _fallback(self, text: str, collection: str, raw_hits: list[Hit], reason: FallbackReason, fusion: str) -> HydeResult:
-        docs = [RetrievedDoc(h.doc_id, h.score, h.payload, (RAW,)) for h in raw_hits]
+    def _protect(self, fused: list[RetrievedDoc], raw_hits: list[Hit]) -> list[RetrievedDoc]:
+        by_id = {d.id: d for d in fused}
+        order = protect_head([(d.id, d.score) for d in fused], [h.doc_id for h in raw_hits], self.protect_top)
+        return [RetrievedDoc(d, s, by_id[d].payload, by_id[d].channels) for d, s in order]
+
+    def _weight(self, channel: str) -> float:
+        if channel == RAW:
+            return self.settings.raw_weight
+        if channel == QUESTIONS:
+            return self.questions.weight
+        return self.settings.hypothesis_weight
+
+    def _fallback(
+        self, text: str, collection: str, base: dict[str, list[Hit]], reason: FallbackReason, fusion: str
+    ) -> HydeResult:
+        """Raw results (RRF-fused with the questions channel when it is on)."""
+        if len(base) == 1:
+            docs = [RetrievedDoc(h.doc_id, h.score, h.payload, (RAW,)) for h in base[RAW]]
+        else:
+            docs = self._fuse(base, "rrf")
         return HydeResult(text, collection, docs, False, reason, fusion=fusion)
 
     async def _finish(self, result: HydeResult, text: str, top_k: int, started: float, candidates: int) -> HydeResult:

@@ -43,6 +43,7 @@ class RetrievalRecord:
     tokens_out: int = 0
     error: str | None = None
     subject: str | None = None
+    used_questions: bool = False
     timestamp: float = field(default_factory=time.time)
 
     @property

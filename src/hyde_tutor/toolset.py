@@ -81,7 +81,7 @@ async def run_search(
                              subject=deps.subject_id)
     try:
         result = await deps.retriever.search(collection, text, top_k=k, use_hyde=decision.use_hyde,
-                                             rerank_candidates=rerank)
+                                             rerank_candidates=rerank, use_questions=decision.use_questions)
     except HydeTutorError as exc:
         record.error = type(exc).__name__
         _record(deps.monitor, record)
@@ -97,6 +97,7 @@ async def run_search(
 
 def _fill(record: RetrievalRecord, result: HydeResult) -> None:
     record.used_hyde = result.used_hyde
+    record.used_questions = result.used_questions
     record.fallback_reason = result.fallback_reason if record.use_hyde else None
     record.n_hypotheses = len(result.hypotheses)
     record.stages_ms = {k: round(v, 2) for k, v in asdict(result.timings).items()}

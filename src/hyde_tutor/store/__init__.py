@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..config import Settings
-from .base import CollectionSpec, Hit, PointRecord, SearchRequest, VectorStore
+from .base import CollectionSpec, Hit, PointRecord, SearchRequest, VectorStore, questions_collection
 from .client import QdrantClientStore
 from .edge import EdgeStore
 
@@ -16,6 +16,7 @@ __all__ = [
     "SearchRequest",
     "VectorStore",
     "open_store",
+    "questions_collection",
 ]
 
 

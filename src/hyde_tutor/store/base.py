@@ -88,6 +88,14 @@ class Hit:
     payload: dict[str, Any] = field(default_factory=dict)
 
 
+QUESTIONS_SUFFIX = "__questions"
+
+
+def questions_collection(name: str) -> str:
+    """The companion collection holding the learner questions of ``name`` (one point per question)."""
+    return f"{name}{QUESTIONS_SUFFIX}"
+
+
 def public_payload(payload: dict[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (payload or {}).items() if k not in INTERNAL_KEYS}
 
@@ -115,6 +123,8 @@ class VectorStore(Protocol):
     def delete_collection(self, name: str) -> None: ...
 
     def upsert(self, name: str, points: Sequence[PointRecord]) -> None: ...
+
+    def delete_points(self, name: str, point_ids: Sequence[str]) -> None: ...
 
     def stored_hashes(self, name: str, point_ids: Sequence[str]) -> dict[str, str]: ...
 

@@ -89,6 +89,11 @@ class QdrantClientStore:
         ]
         self._call(self.client.upsert, collection_name=name, points=structs, wait=True)
 
+    def delete_points(self, name: str, point_ids: Sequence[str]) -> None:
+        if point_ids:
+            selector = models.PointIdsList(points=list(point_ids))
+            self._call(self.client.delete, collection_name=name, points_selector=selector, wait=True)
+
     def stored_hashes(self, name: str, point_ids: Sequence[str]) -> dict[str, str]:
         if not point_ids:
             return {}

@@ -30,6 +30,8 @@ _open_shards: dict[Path, tuple[qe.EdgeShard, int]] = {}
 
 def _acquire(path: Path, config: qe.EdgeConfig | None = None) -> qe.EdgeShard:
     with _registry_lock:
+        if path in _open_shards and not path.exists():
+            del _open_shards[path]  # its folder was deleted while open: never hand out that stale shard
         if path in _open_shards:
             shard, refs = _open_shards[path]
             _open_shards[path] = (shard, refs + 1)
@@ -103,6 +105,14 @@ class EdgeStore:
                 _acquire(path)
                 self._held[name] = path
             path = self._held[name]
+            if not path.exists():  # deleted while open: the engine would go on serving, and writing to, unlinked files
+                del self._held[name]
+                with _registry_lock:
+                    _open_shards.pop(path, None)
+                raise StoreUnavailableError(
+                    f"Shard folder {path} was deleted while the store was open. Re-ingest the collection: "
+                    f"hyde-tutor ingest --collection {name} --file PATH --recreate"
+                )
         entry = _open_shards.get(path)
         if entry is None:
             raise StoreUnavailableError(f"Shard {path} was closed.")
@@ -166,6 +176,11 @@ class EdgeStore:
             for p in points
         ]
         self._call(name, lambda shard: shard.update(qe.UpdateOperation.upsert_points(edge_points)))
+
+    def delete_points(self, name: str, point_ids: Sequence[str]) -> None:
+        if point_ids:
+            ids = list(point_ids)
+            self._call(name, lambda shard: shard.update(qe.UpdateOperation.delete_points(ids)))
 
     def stored_hashes(self, name: str, point_ids: Sequence[str]) -> dict[str, str]:
         if not point_ids:
