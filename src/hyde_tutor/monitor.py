@@ -124,5 +124,5 @@ def load_records(path: Path) -> list[dict[str, Any]]:
 
 def configure_logfire(token: str | None = None) -> None:
     """Offline by default (``send_to_logfire=False``); sends only when a token is given."""
-    logfire.configure(send_to_logfire=bool(token), token=token, console=False)
+    logfire.configure(send_to_logfire=bool(token), token=token, console=False, inspect_arguments=False)
     logfire.instrument_pydantic_ai()
