@@ -13,6 +13,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+def completion(message: dict, model: str = "stub", finish_reason: str = "stop") -> dict:
+    """An OpenAI chat-completion body around one assistant ``message``."""
+    return {
+        "id": "chatcmpl-stub", "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
+
+
+def send_json(handler: BaseHTTPRequestHandler, data: bytes | dict) -> None:
+    """Write a 200 response with a JSON body (``bytes`` are sent as they are)."""
+    body = data if isinstance(data, bytes) else json.dumps(data, ensure_ascii=False).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 HYPOTHESIS = "Конструкция: -고 싶다\nНазвание: желание «хотеть»\nОбъяснение: желание говорящего. Пример: 가고 싶어요. — Хочу пойти."
 
 
@@ -35,17 +54,8 @@ class _Handler(BaseHTTPRequestHandler):
             message = {"role": "assistant", "content": None, "tool_calls": [
                 {"id": f"call_{len(_Handler.log)}", "type": "function", "function": {"name": "grammar_search", "arguments": args}}
             ]}
-        reply = {
-            "id": "chatcmpl-stub", "object": "chat.completion", "created": 0, "model": body.get("model", "stub"),
-            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-        }
-        data = json.dumps(reply, ensure_ascii=False).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        send_json(self, completion(message, body.get("model", "stub"), finish))
 
     def log_message(self, *args: object) -> None:
         pass

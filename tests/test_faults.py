@@ -75,6 +75,7 @@ from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.ingest import ingest_documents
 from hyde_tutor.retriever import Retriever
 
+from .chat_stub import completion, send_json
 from .conftest import ROOT, HashEmbedder
 from .test_reliability import call_tool, tool_context
 from .test_store import DOCS
@@ -150,19 +151,8 @@ class _StubLLM(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
-        if isinstance(self.reply, bytes):
-            data = self.reply
-        else:
-            data = json.dumps({
-                "id": "x", "object": "chat.completion", "created": 0, "model": "stub",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": self.reply}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10},
-            }).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        reply = self.reply
+        send_json(self, reply if isinstance(reply, bytes) else completion({"role": "assistant", "content": reply}))
 
     def log_message(self, *args: object) -> None:
         pass

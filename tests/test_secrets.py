@@ -52,6 +52,7 @@ from hyde_tutor.ingest import ingest_documents
 from hyde_tutor.retriever import Retriever
 from hyde_tutor.simulated import simulated_model
 
+from .chat_stub import completion, send_json
 from .test_faults import _closed_port
 from .test_reliability import call_tool, tool_context
 from .test_store import DOCS
@@ -106,17 +107,7 @@ class _CapturingLLM(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
         type(self).authorizations.append(self.headers.get("Authorization", ""))
-        data = json.dumps({
-            "id": "x", "object": "chat.completion", "created": 0, "model": "stub",
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                "role": "assistant", "content": "Конструкция: -고 싶다 — желание. Пример: 가고 싶어요. — Хочу пойти."}}],
-            "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10},
-        }).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, completion({"role": "assistant", "content": "Конструкция: -고 싶다 — желание. Пример: 가고 싶어요. — Хочу пойти."}))
 
     def log_message(self, *args: object) -> None:
         pass
