@@ -29,3 +29,24 @@ def test_save_creates_next_version_and_load_picks_latest(tmp_path: Path) -> None
         load_prompt("missing", directory=tmp_path)
     with pytest.raises(HydeTutorError):
         save_prompt("Bad Name", "x", tmp_path)
+
+
+def test_prompts_are_found_where_a_wheel_installs_them(tmp_path, monkeypatch) -> None:
+    """A wheel ships prompts/ under <prefix>/share/hyde-tutor/prompts (pyproject data-files)."""
+    import sys
+    from pathlib import Path
+
+    import hyde_tutor.prompts as prompts_module
+
+    installed = tmp_path / "prefix" / "share" / "hyde-tutor" / "prompts"
+    installed.mkdir(parents=True)
+    (installed / "tutor.v1.md").write_text("installed tutor", encoding="utf-8")
+    monkeypatch.delenv("HYDE_PROMPTS_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./prompts here
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "prefix"))
+    fake_module = tmp_path / "site-packages" / "hyde_tutor" / "prompts.py"  # no checkout around it
+    monkeypatch.setattr(prompts_module, "__file__", str(fake_module))
+    assert prompts_module.default_prompts_dir() == installed
+    assert prompts_module.load_prompt("tutor").text.strip() == "installed tutor"
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    assert '"share/hyde-tutor/prompts" = ["prompts/*.md"]' in pyproject

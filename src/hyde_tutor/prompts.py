@@ -8,6 +8,7 @@ overwriting an existing file (prompt tuning keeps its history).
 from __future__ import annotations
 
 import os
+import sys
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,14 +19,20 @@ _FILE = re.compile(r"^(?P<name>[a-z0-9_]+)\.v(?P<version>\d+)\.md$")
 
 
 def default_prompts_dir() -> Path:
-    """``HYDE_PROMPTS_DIR``, else ``./prompts`` if it exists, else the repository's ``prompts/``."""
+    """``HYDE_PROMPTS_DIR``; else ``./prompts``; else the checkout's ``prompts/`` (editable install);
+    else ``<prefix>/share/hyde-tutor/prompts`` where a wheel installs them."""
     env = os.environ.get("HYDE_PROMPTS_DIR")
     if env:
         return Path(env)
-    local = Path("prompts")
-    if local.is_dir() and any(local.glob("*.v*.md")):
-        return local
-    return Path(__file__).resolve().parents[2] / "prompts"
+    candidates = [
+        Path("prompts"),
+        Path(__file__).resolve().parents[2] / "prompts",
+        Path(sys.prefix) / "share" / "hyde-tutor" / "prompts",
+    ]
+    for directory in candidates:
+        if directory.is_dir() and any(directory.glob("*.v*.md")):
+            return directory
+    return candidates[1]  # the error for a missing prompt then names the checkout's folder
 
 
 @dataclass(frozen=True, slots=True)
