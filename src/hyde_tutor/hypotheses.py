@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 
 from .config import HydeSettings, LLMSettings
+from .llm import agent_model_settings
 from .prompts import Perspective, Prompt, load_prompt, parse_perspectives
 
 Domain = Literal["grammar", "docs"]
@@ -200,10 +201,7 @@ class HypothesisGenerator:
         self.cache = cache or MemoryCache()
         self.hyde = hyde or HydeSettings()
         llm = llm or LLMSettings()
-        settings: dict[str, Any] = {"temperature": llm.temperature, "max_tokens": llm.max_tokens}
-        if llm.seed is not None:
-            settings["seed"] = llm.seed
-        settings.update(extra_settings or {})
+        settings = agent_model_settings(llm, llm.max_tokens, extra_settings)
         # A single-slot backend (the embedded llama.cpp server) serves one request at a time: queue here,
         # so the timeout measures the model's work and not the wait in the server's queue.
         self.max_concurrency = max_concurrency

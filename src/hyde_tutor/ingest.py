@@ -196,9 +196,11 @@ def ingest_questions(
     target = questions_collection(collection)
     report = QuestionIngestReport(target, documents=len(documents))
     stamps = {d.id: generator.key(d, k)[:16] for d in documents}
-    if recreate and target in store.list_collections():
+    exists = target in store.list_collections()
+    if recreate and exists:
         store.delete_collection(target)
-    stored = store.stored_hashes(target, [question_point_id(d.id, 0) for d in documents]) if target in store.list_collections() else {}
+        exists = False
+    stored = store.stored_hashes(target, [question_point_id(d.id, 0) for d in documents]) if exists else {}
     todo = [d for d in documents if regenerate or stored.get(question_point_id(d.id, 0)) != stamps[d.id]]
     report.unchanged = len(documents) - len(todo)
     run = _run_sync(generator.generate(todo, k, regenerate=regenerate, progress=progress))
@@ -206,7 +208,7 @@ def ingest_questions(
     report.generated, report.from_cache = run.generated, run.cached
     report.failed = {r.doc_id: r.failure or "" for r in run.failed}
     ready = [(d, run.results[d.id].questions) for d in todo if run.results[d.id].questions]
-    if ready or todo:
+    if todo:  # `ready` is the part of `todo` that got questions
         spec = _ensure_questions_collection(target, store, dense, sparse, [q for _, qs in ready for q in qs])
         encoder = Bm25Encoder(sparse.analyzer, sparse.k1, sparse.b, spec.bm25_avg_len)
         # Old questions of changed or failed documents go first: a stale question must never match.
@@ -225,7 +227,7 @@ def ingest_questions(
         report.points_written = len(points)
         if points:
             store.finish_ingest(target)
-    report.points_in_collection = store.count(target) if target in store.list_collections() else 0
+    report.points_in_collection = store.count(target) if exists or todo else 0
     report.seconds = time.perf_counter() - started
     return report
 

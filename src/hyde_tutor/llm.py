@@ -289,6 +289,21 @@ def make_llm(settings: Settings) -> LLMBackend:
     return LLMBackend(model, f"local:{server.model_name}", "local", server, _compat_settings(llm), max_concurrency=1)
 
 
+def agent_model_settings(llm: LLMSettings, max_tokens: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Model settings for a generator agent: temperature, seed, ``max_tokens`` and the backend's extras.
+
+    A compatible server reads the token budget from the request body (``_compat_settings``), so the
+    body's ``max_tokens`` follows ``max_tokens`` too.
+    """
+    settings: dict[str, Any] = {"temperature": llm.temperature, "max_tokens": max_tokens}
+    if llm.seed is not None:
+        settings["seed"] = llm.seed
+    settings.update(extra or {})
+    if "extra_body" in settings:
+        settings["extra_body"] = {**settings["extra_body"], "max_tokens": max_tokens}
+    return settings
+
+
 def _compat_settings(llm: LLMSettings) -> dict[str, Any]:
     """Compatible servers (llama.cpp, older vLLM) read ``max_tokens``, not ``max_completion_tokens``."""
     return {"extra_body": {"max_tokens": llm.max_tokens}}

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from .config import LLMSettings, QuestionSettings, Settings
 from .documents import Document
+from .llm import agent_model_settings, make_llm
 from .prompts import Prompt, load_prompt
 
 MAX_QUESTIONS = 10
@@ -147,13 +148,7 @@ class QuestionGenerator:
         self.prompt = prompt or load_prompt("questions")
         self.request = request or load_prompt("questions_request")
         self.cache = cache
-        llm = llm or LLMSettings()
-        model_settings: dict[str, Any] = {"temperature": llm.temperature, "max_tokens": self.settings.max_tokens}
-        if llm.seed is not None:
-            model_settings["seed"] = llm.seed
-        model_settings.update(extra_settings or {})
-        if "extra_body" in model_settings:  # compatible servers read max_tokens from the body
-            model_settings["extra_body"] = {**model_settings["extra_body"], "max_tokens": self.settings.max_tokens}
+        model_settings = agent_model_settings(llm or LLMSettings(), self.settings.max_tokens, extra_settings)
         self._semaphore_size = max_concurrency or self.settings.concurrency
         self.agent = Agent(model, instructions=self.prompt.text, output_type=str, retries=0,
                            model_settings=ModelSettings(**model_settings))  # type: ignore[typeddict-item]
@@ -213,8 +208,6 @@ class QuestionGenerator:
 
 def question_generator_from_settings(settings: Settings) -> tuple[QuestionGenerator, Callable[[], None]]:
     """A generator on the configured LLM backend (the embedded model starts here) and its closer."""
-    from .llm import make_llm
-
     backend = make_llm(settings)
     generator = QuestionGenerator(
         backend.model, backend.name, cache=QuestionCache.in_data_dir(settings.data_dir), settings=settings.questions,
