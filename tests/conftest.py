@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -77,3 +78,32 @@ def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HYDE_DATA_DIR", str(tmp_path / "data-dir"))
     return tmp_path
+
+
+@pytest.fixture()
+def small_corpus(isolated_env: Path) -> Path:
+    """Six bundled grammar entries as a JSONL file."""
+    lines = (DATA / "grammar.jsonl").read_text(encoding="utf-8").splitlines()
+    wanted = [line for line in lines if json.loads(line)["id"] in {"g-b01", "g-b03", "g-a07", "g-d13", "g-d14", "g-c24"}]
+    path = isolated_env / "small.jsonl"
+    path.write_text("\n".join(wanted) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture()
+def tiny_beir(isolated_env: Path, small_corpus: Path) -> Path:
+    """A BEIR folder over ``small_corpus`` with two questions, one per query group."""
+    from typer.testing import CliRunner
+
+    from hyde_tutor.cli import app
+
+    ds = isolated_env / "beir"
+    (ds / "qrels").mkdir(parents=True)
+    CliRunner().invoke(app, ["export-beir", "--file", str(small_corpus), "--out", str(ds / "corpus.jsonl")])
+    (ds / "queries.jsonl").write_text(
+        '{"_id": "q1", "text": "Как сказать, что я хочу есть?", "metadata": {"named": false}}\n'
+        '{"_id": "q2", "text": "Что значит -지만?", "metadata": {"named": true}}\n',
+        encoding="utf-8",
+    )
+    (ds / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tg-b01\t1\nq2\tg-a07\t1\n")
+    return ds

@@ -19,15 +19,6 @@ def _invoke(*args: str):
     return runner.invoke(app, list(args), catch_exceptions=False)
 
 
-@pytest.fixture()
-def small_corpus(isolated_env: Path) -> Path:
-    lines = (DATA / "grammar.jsonl").read_text(encoding="utf-8").splitlines()
-    wanted = [line for line in lines if json.loads(line)["id"] in {"g-b01", "g-b03", "g-a07", "g-d13", "g-d14", "g-c24"}]
-    path = isolated_env / "small.jsonl"
-    path.write_text("\n".join(wanted) + "\n", encoding="utf-8")
-    return path
-
-
 def test_ingest_then_search_json_contract(small_corpus: Path) -> None:
     first = _invoke("ingest", "--collection", "grammar", "--file", str(small_corpus))
     assert first.exit_code == 0, first.output
@@ -81,16 +72,8 @@ def test_ingest_reports_malformed_lines_and_exits_nonzero(isolated_env: Path) ->
     assert missing.exit_code == 2 and "does not exist" in missing.output
 
 
-def test_eval_json_contract_auto_ingests(isolated_env: Path, small_corpus: Path) -> None:
-    ds = isolated_env / "beir"
-    (ds / "qrels").mkdir(parents=True)
-    runner.invoke(app, ["export-beir", "--file", str(small_corpus), "--out", str(ds / "corpus.jsonl")])
-    (ds / "queries.jsonl").write_text(
-        '{"_id": "q1", "text": "Как сказать, что я хочу есть?", "metadata": {"named": false}}\n'
-        '{"_id": "q2", "text": "Что значит -지만?", "metadata": {"named": true}}\n',
-        encoding="utf-8",
-    )
-    (ds / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tg-b01\t1\nq2\tg-a07\t1\n")
+def test_eval_json_contract_auto_ingests(tiny_beir: Path) -> None:
+    ds = tiny_beir
     out = runner.invoke(app, ["eval", "--collection", "fresh", "--dataset", str(ds), "--arms", "raw,dense,sparse", "--json"])
     assert out.exit_code == 0, out.output
     report = json.loads(out.output.strip().splitlines()[-1])

@@ -24,17 +24,14 @@ from typer.testing import CliRunner
 
 from hyde_tutor import EdgeStore, HydeSearchToolset, TutorDeps
 from hyde_tutor.cli import app
-from hyde_tutor.config import HydeSettings, RetrievalSettings
-from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.hypotheses import HypothesisGenerator, MemoryCache
+from hyde_tutor.config import RetrievalSettings
 from hyde_tutor.ingest import ingest_documents
-from hyde_tutor.retriever import Retriever
-from hyde_tutor.simulated import simulated_model
 from hyde_tutor.toolset import MAX_TOOL_TOP_K
 
 from .conftest import HashEmbedder
 from .test_reliability import call_tool, tool_context
 from .test_store import DOCS
+from .test_toolset import simulated_hyde
 
 MAX_CHARS = RetrievalSettings().max_query_chars
 FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -70,14 +67,7 @@ def _valid_query(q: Any) -> bool:
 
 @pytest.fixture(scope="module")
 def fuzz_retriever(tmp_path_factory: pytest.TempPathFactory, bm25):
-    embedder = HashEmbedder()
-    store = EdgeStore(tmp_path_factory.mktemp("fuzz") / "edge")
-    ingest_documents(DOCS, "grammar", store, embedder, bm25, progress=False)
-    ingest_documents(DOCS[3:], "docs", store, embedder, bm25, progress=False)
-    hs = HydeSettings(n_hypotheses=2, timeout_s=5)
-    model = simulated_model(latency_ms=0)
-    hr = HydeRetriever(Retriever(store, embedder, bm25),
-                       lambda d: HypothesisGenerator(model, "sim", d, cache=MemoryCache(), hyde=hs), hs)
+    hr = simulated_hyde(tmp_path_factory.mktemp("fuzz"), HashEmbedder(), bm25, latency_ms=0)
     yield hr
     hr.close()
 

@@ -13,20 +13,8 @@ from hyde_tutor.errors import HydeTutorError
 from hyde_tutor.evaluation import ArmResult
 from hyde_tutor.plots import eval_figure, plot_eval
 
-from .conftest import DATA
-
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 runner = CliRunner()
-
-
-@pytest.fixture()
-def small_corpus(isolated_env: Path) -> Path:
-    """Six grammar entries (as in test_cli)."""
-    lines = (DATA / "grammar.jsonl").read_text(encoding="utf-8").splitlines()
-    wanted = [line for line in lines if json.loads(line)["id"] in {"g-b01", "g-b03", "g-a07", "g-d13", "g-d14", "g-c24"}]
-    path = isolated_env / "small.jsonl"
-    path.write_text("\n".join(wanted) + "\n", encoding="utf-8")
-    return path
 
 
 def _metrics(ndcg: float, recall: float) -> dict[str, float]:
@@ -91,16 +79,8 @@ def test_plot_eval_takes_evaluate_arms_results_too(tmp_path: Path) -> None:
         plot_eval(results, blocker / "r.png")
 
 
-def test_cli_eval_plot(isolated_env: Path, small_corpus: Path) -> None:
-    ds = isolated_env / "beir"
-    (ds / "qrels").mkdir(parents=True)
-    runner.invoke(app, ["export-beir", "--file", str(small_corpus), "--out", str(ds / "corpus.jsonl")])
-    (ds / "queries.jsonl").write_text(
-        '{"_id": "q1", "text": "Как сказать, что я хочу есть?", "metadata": {"named": false}}\n'
-        '{"_id": "q2", "text": "Что значит -지만?", "metadata": {"named": true}}\n',
-        encoding="utf-8",
-    )
-    (ds / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tg-b01\t1\nq2\tg-a07\t1\n")
+def test_cli_eval_plot(isolated_env: Path, tiny_beir: Path) -> None:
+    ds = tiny_beir
     png = isolated_env / "charts" / "eval.png"
     out = runner.invoke(app, ["eval", "--collection", "g", "--dataset", str(ds), "--arms", "raw,dense,sparse",
                               "--json", "--plot", str(png)])

@@ -26,15 +26,20 @@ from .conftest import ROOT
 from .test_store import DOCS
 
 
+def simulated_hyde(root: Path, embedder, bm25, latency_ms: float) -> HydeRetriever:
+    """``grammar`` and ``docs`` collections in an edge store under ``root``, HyDE on a simulated LLM."""
+    store = EdgeStore(root / "edge")
+    ingest_documents(DOCS, "grammar", store, embedder, bm25, progress=False)
+    ingest_documents(DOCS[3:], "docs", store, embedder, bm25, progress=False)
+    settings = HydeSettings(n_hypotheses=2, timeout_s=5)
+    model = simulated_model(latency_ms=latency_ms)
+    return HydeRetriever(Retriever(store, embedder, bm25),
+                         lambda d: HypothesisGenerator(model, "sim", d, cache=MemoryCache(), hyde=settings), settings)
+
+
 @pytest.fixture()
 def hyde_retriever(tmp_path: Path, hash_embedder, bm25):
-    store = EdgeStore(tmp_path / "edge")
-    ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
-    ingest_documents(DOCS[3:], "docs", store, hash_embedder, bm25, progress=False)
-    settings = HydeSettings(n_hypotheses=2, timeout_s=5)
-    model = simulated_model(latency_ms=5)
-    hr = HydeRetriever(Retriever(store, hash_embedder, bm25),
-                       lambda d: HypothesisGenerator(model, "sim", d, cache=MemoryCache(), hyde=settings), settings)
+    hr = simulated_hyde(tmp_path, hash_embedder, bm25, latency_ms=5)
     yield hr
     hr.close()
 
