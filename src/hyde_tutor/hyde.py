@@ -19,6 +19,7 @@ import numpy as np
 
 from .config import HydeSettings, QuestionSettings, Settings
 from .documents import payload_text
+from .errors import CollectionNotFoundError
 from .fusion import channels_by_doc, max_score_fusion, mean_vector, protect_head, reciprocal_rank_fusion
 from .monitor import logfire
 from .hypotheses import Domain, GenerationResult, Hypothesis, HypothesisGenerator, TokenUsage, make_cache
@@ -183,9 +184,7 @@ class HydeRetriever:
         depth = max(top_k, candidates if self.reranker else top_k, 10)
         use = self.settings.enabled if use_hyde is None else bool(use_hyde)
         want_questions = self.questions.enabled if use_questions is None else bool(use_questions)
-        has_questions = want_questions and questions_collection(collection) in self.retriever.store.list_collections()
-        if has_questions:
-            self.retriever.check_collection(questions_collection(collection))
+        has_questions = want_questions and self._has_questions(collection)
 
         raw_task = asyncio.create_task(self._timed_raw(collection, text, depth, has_questions))
         if not use:
@@ -200,6 +199,15 @@ class HydeRetriever:
         if want_questions and not has_questions:
             result.errors.append(f"no questions for {collection!r} (run `hyde-tutor ingest --questions K`)")
         return await self._finish(result, text, top_k, started, candidates)
+
+    def _has_questions(self, collection: str) -> bool:
+        """Whether ``ingest --questions`` built the companion collection (found once, then remembered by
+        ``check_collection``, so the hot path does not list collections on every search)."""
+        try:
+            self.retriever.check_collection(questions_collection(collection))
+        except CollectionNotFoundError:
+            return False
+        return True
 
     async def _generate(self, collection: str, text: str, n: int | None) -> GenerationResult:
         try:
