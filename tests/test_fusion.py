@@ -1,7 +1,14 @@
 import numpy as np
 import pytest
 
-from hyde_tutor.fusion import channels_by_doc, max_score_fusion, mean_vector, reciprocal_rank_fusion
+from hyde_tutor.fusion import (
+    agreement,
+    channels_by_doc,
+    max_score_fusion,
+    mean_vector,
+    reciprocal_rank_fusion,
+    weighted_score_fusion,
+)
 
 
 def test_rrf_hand_computed() -> None:
@@ -57,3 +64,28 @@ def test_protect_head_keeps_the_raw_top_in_order_and_scores_monotone() -> None:
     assert scores == sorted(scores, reverse=True) and dict(out)["x"] == 0.9
     assert protect_head(fused, ["a"], 0) == fused
     assert [d for d, _ in protect_head(fused, ["zz", "c"], 3)][:1] == ["c"]  # ids the fusion lacks are skipped
+
+
+def test_weighted_score_fusion_keeps_a_confident_raw_hit_on_top() -> None:
+    raw = [("a", 2.0), ("b", 1.0), ("c", 0.9)]  # "a" is far ahead of the rest
+    hypothesis = [("c", 1.0), ("b", 0.8), ("z", 0.7)]
+    fused = weighted_score_fusion([raw, hypothesis], [1.0, 0.5])
+    assert fused[0] == ("a", 2.0)
+    assert dict(fused)["b"] == pytest.approx(1.4) and dict(fused)["c"] == pytest.approx(1.4)
+    assert [d for d, _ in fused] == ["a", "b", "c", "z"]  # the b/c tie keeps first appearance
+    # RRF forgets the gap: the hypothesis alone pushes "a" from first to last of the three
+    assert [d for d, _ in reciprocal_rank_fusion([["a", "b", "c"], ["c", "b", "z"]], k=60)][:3] == ["c", "b", "a"]
+
+
+def test_weighted_score_fusion_validates_and_ignores_repeats() -> None:
+    assert weighted_score_fusion([[("a", 1.0), ("a", 0.1)]], [2.0]) == [("a", 2.0)]
+    assert weighted_score_fusion([[("a", 1.0)], [("b", 3.0)]], [1.0, 0.0])[0] == ("a", 1.0)
+    with pytest.raises(ValueError):
+        weighted_score_fusion([[("a", 1.0)]], [1.0, 1.0])
+
+
+def test_agreement_counts_shared_documents_in_both_tops() -> None:
+    assert agreement(["a", "b", "x"], ["b", "a", "c"]) == 2
+    assert agreement(["x", "y"], ["a", "b"]) == 0
+    assert agreement(["a", "b", "c"], ["c", "b", "a"], depth=1) == 0  # only each list's first counts
+    assert agreement(["a", "b", "c"], ["c", "b", "a"], depth=2) == 1

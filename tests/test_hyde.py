@@ -136,7 +136,7 @@ def test_disabled_and_precedence(retriever) -> None:
     assert asyncio.run(on_by_default.search("grammar", "хотеть", use_hyde=False)).fallback_reason == "disabled"
 
 
-@pytest.mark.parametrize("fusion", ["rrf", "max", "mean"])
+@pytest.mark.parametrize("fusion", ["rrf", "max", "mean", "score"])
 def test_every_fusion_mode_runs(retriever, fusion) -> None:
     hr = _hyde(retriever, _text_model(lambda p: WANT_TO + p[-8:]))
     res = asyncio.run(hr.search("grammar", "мечтаю поехать", top_k=3, fusion=fusion))
@@ -226,14 +226,64 @@ def test_protect_top_keeps_raw_hits_above_off_topic_hypotheses(retriever) -> Non
     assert scores == sorted(scores, reverse=True)
 
 
-def test_embedded_model_protects_the_raw_top_by_default(isolated_env) -> None:
+def test_fusion_policy_defaults_follow_the_model_and_settings_win(isolated_env) -> None:
     from hyde_tutor.config import Settings
+    from hyde_tutor.hyde import STRONG_MODEL_POLICY, WEAK_MODEL_POLICY, FusionPolicy
 
-    settings = Settings()
-    assert HydeRetriever(None, lambda d: None, settings.hyde).protect_top == 0  # type: ignore[arg-type]
-    local = HydeRetriever.from_settings(settings, retriever=object())  # type: ignore[arg-type]
-    assert local.protect_top == 3  # no API configured: the embedded model
+    local = HydeRetriever.from_settings(Settings(), retriever=object())  # type: ignore[arg-type]
+    assert local.policy == WEAK_MODEL_POLICY == FusionPolicy("score", 0.5, 3, 0)  # no API: the embedded model
     api = HydeRetriever.from_settings(Settings(llm={"provider": "openai", "api_key": "sk-test"}), retriever=object())  # type: ignore[arg-type]
-    assert api.protect_top == 0
-    pinned = HydeRetriever.from_settings(Settings(hyde={"protect_top": 5}), retriever=object())  # type: ignore[arg-type]
-    assert pinned.protect_top == 5
+    assert api.policy == STRONG_MODEL_POLICY == FusionPolicy("rrf", 1.0, 0, 0)
+    pinned = Settings(hyde={"fusion": "rrf", "hypothesis_weight": 2.0, "min_agreement": 0, "protect_top": 5})
+    assert HydeRetriever.from_settings(pinned, retriever=object()).policy == FusionPolicy("rrf", 2.0, 0, 5)  # type: ignore[arg-type]
+    assert HydeRetriever(None, lambda d: None, HydeSettings()).policy == STRONG_MODEL_POLICY  # type: ignore[arg-type]
+
+
+def test_score_fusion_splits_the_hypothesis_weight_over_n(retriever) -> None:
+    hr = _hyde(retriever, _text_model(), hypothesis_weight=0.5)
+    channels = {
+        "raw": [Hit("a", 2.0, {}), Hit("b", 1.0, {})],
+        "hyde:rule": [Hit("b", 1.0, {}), Hit("c", 1.0, {})],
+        "hyde:example": [Hit("b", 1.0, {})],
+    }
+    fused = {d.id: d.score for d in hr._fuse(channels, "score")}
+    assert fused == pytest.approx({"a": 2.0, "b": 1.0 + 0.25 + 0.25, "c": 0.25})
+    assert [d.id for d in hr._fuse(channels, "score")] == ["a", "b", "c"]
+
+
+@pytest.fixture()
+def clustered(tmp_path: Path, hash_embedder, bm25):
+    """8 entries about -고 싶다, 8 about -지만 and 40 unrelated fillers: top-10 overlaps are meaningful."""
+    from hyde_tutor.documents import Document
+
+    docs = [Document(f"want{i}", f"-고 싶다 желание хотеть мечтать 가고 싶어요 вариант{i}", {}) for i in range(8)]
+    docs += [Document(f"but{i}", f"-지만 противопоставление но однако 비싸지만 좋아요 вариант{i}", {}) for i in range(8)]
+    docs += [Document(f"filler{i}", f"посторонний текст номер{i} слово{i} 단어{i}", {}) for i in range(40)]
+    store = EdgeStore(tmp_path / "clustered")
+    ingest_documents(docs, "grammar", store, hash_embedder, bm25, progress=False)
+    r = Retriever(store, hash_embedder, bm25)
+    yield r
+    r.close()
+
+
+def test_off_topic_hypotheses_are_dropped_by_agreement(clustered) -> None:
+    query = "-고 싶다 хотеть мечтать"
+    off_topic = _text_model(lambda p: "-지만 противопоставление но однако 비싸지만 좋아요 " + p[-6:])
+    gated = asyncio.run(_hyde(clustered, off_topic, min_agreement=3).search("grammar", query, top_k=5))
+    assert not gated.used_hyde and gated.fallback_reason == "off_topic"
+    assert all(d.id.startswith("want") for d in gated.results)  # the raw results, untouched
+    assert len(gated.hypotheses) == 2 and any("off-topic" in e for e in gated.errors)
+    ungated = asyncio.run(_hyde(clustered, off_topic, min_agreement=0).search("grammar", query, top_k=10))
+    assert ungated.used_hyde and any(d.id.startswith("but") for d in ungated.results)
+
+    on_topic = _text_model(lambda p: "-고 싶다 желание хотеть 가고 싶어요 " + p[-6:])
+    kept = asyncio.run(_hyde(clustered, on_topic, min_agreement=3).search("grammar", query, top_k=5))
+    assert kept.used_hyde and kept.fallback_reason is None and not kept.errors
+
+
+def test_one_off_topic_hypothesis_is_dropped_and_the_other_kept(clustered) -> None:
+    mixed = _text_model(lambda p: ("-지만 но однако 비싸지만 " if "упор на примеры" in p else "-고 싶다 хотеть 가고 싶어요 ") + p[-6:])
+    res = asyncio.run(_hyde(clustered, mixed, min_agreement=3).search("grammar", "-고 싶다 хотеть", top_k=5))
+    assert res.used_hyde
+    assert {c for d in res.results for c in d.channels} == {"raw", "hyde:rule"}
+    assert [e.split()[0] for e in res.errors] == ["hyde:example"]

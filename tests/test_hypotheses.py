@@ -9,7 +9,15 @@ from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.models.function import FunctionModel
 
 from hyde_tutor.config import HydeSettings
-from hyde_tutor.hypotheses import DiskCache, HypothesisGenerator, MemoryCache, cache_key, normalise_length
+from hyde_tutor.prompts import load_prompt
+from hyde_tutor.hypotheses import (
+    DiskCache,
+    HypothesisGenerator,
+    MemoryCache,
+    cache_key,
+    normalise_length,
+    strip_prompt_echo,
+)
 
 
 def test_normalise_cuts_on_word_boundary() -> None:
@@ -152,3 +160,34 @@ def test_garbage_without_korean_is_rejected() -> None:
     answers = iter(["только русский текст", "и этот тоже"])
     result = asyncio.run(_generator(fn, n=2, min_hangul_chars=4).generate("другой вопрос"))
     assert result.hypotheses == [] and result.rejected == 2 and result.failure_reason == "empty_hypotheses"
+
+
+def test_strip_prompt_echo_removes_copied_sentences_only() -> None:
+    prompt = "Образец статьи:\nКонструкция: -지만\nПример: 한국어는 어렵지만 재미있어요. — Корейский трудный, но интересный."
+    answer = ("Конструкция: -고 싶다\nПример: 한국어는 어렵지만 재미있어요. — Корейский трудный, но интересный.\n"
+              "Пример: 영화를 보고 싶어요. — Я хочу посмотреть фильм.")
+    text, dropped = strip_prompt_echo(answer, [prompt])
+    assert dropped == 2  # the copied Korean example and its copied translation
+    assert "어렵지만" not in text and "трудный" not in text
+    assert "-고 싶다" in text and "보고 싶어요" in text
+    assert strip_prompt_echo("Совсем новый текст про 가고 싶어요.", [prompt]) == ("Совсем новый текст про 가고 싶어요.", 0)
+    # case, punctuation and spacing do not hide a copy; short labels are kept
+    assert strip_prompt_echo("пример:   한국어는 어렵지만 재미있어요!!", [prompt])[1] == 1
+    assert strip_prompt_echo("Пример:", [prompt]) == ("Пример:", 0)
+
+
+def test_a_copied_sample_entry_does_not_become_a_hypothesis() -> None:
+    """The embedded 1.5B model often re-types the prompt's sample (-지만) instead of answering."""
+    sample_lines = [line for line in load_prompt("hypothesis_grammar").text.splitlines() if line.startswith("Пример:")]
+    assert sample_lines, "the grammar prompt is expected to carry a sample entry"
+    copy = "\n".join(sample_lines)
+
+    async def fn(messages, info):
+        return ModelResponse(parts=[TextPart(copy)])
+
+    result = asyncio.run(_generator(fn, n=1, min_hangul_chars=4).generate("Как сказать, что я хочу в кино?"))
+    assert result.hypotheses == [] and result.failure_reason == "empty_hypotheses"
+    assert result.echoed_segments >= len(sample_lines)
+    # the same text is kept when the guard is switched off
+    kept = asyncio.run(_generator(fn, n=1, min_hangul_chars=4, strip_prompt_echo=False).generate("вопрос"))
+    assert len(kept.hypotheses) == 1 and kept.echoed_segments == 0

@@ -17,8 +17,8 @@ from .errors import (
     StoreUnavailableError,
 )
 from .experiment import Decision, Experiment, ReloadableExperiment, decide
-from .fusion import max_score_fusion, mean_vector, protect_head, reciprocal_rank_fusion
-from .hyde import HydeResult, HydeRetriever, RetrievedDoc
+from .fusion import agreement, max_score_fusion, mean_vector, protect_head, reciprocal_rank_fusion, weighted_score_fusion
+from .hyde import FusionPolicy, HydeResult, HydeRetriever, RetrievedDoc
 from .hypotheses import HypothesisGenerator
 from .llm import LLMBackend, make_llm
 from .monitor import Monitor, RetrievalRecord
@@ -91,6 +91,9 @@ __all__ = [
     "point_id_for",
     "reciprocal_rank_fusion",
     "protect_head",
+    "weighted_score_fusion",
+    "agreement",
+    "FusionPolicy",
     "QuestionCache",
     "QuestionGenerator",
     "QuestionIngestReport",

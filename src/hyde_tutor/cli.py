@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 
@@ -19,7 +19,7 @@ from .errors import HydeTutorError
 from .evaluation import evaluate_arms, load_beir, report_json, report_table
 from .ingest import ingest_documents, ingest_file, ingest_questions, read_documents
 from .questions import question_generator_from_settings
-from .hyde import HydeResult, HydeRetriever, RetrievedDoc
+from .hyde import FusionMode, HydeResult, HydeRetriever, RetrievedDoc
 from .retriever import Retriever, SearchMode
 from .store import Hit
 
@@ -38,6 +38,11 @@ RAW_ARMS: dict[str, tuple[SearchMode, str | None]] = {
 def _fail(message: str, code: int = 2) -> None:
     typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
     raise typer.Exit(code)
+
+
+def _check_fusion(fusion: str | None) -> None:
+    if fusion not in (None, *get_args(FusionMode)):
+        _fail(f"--fusion must be one of {', '.join(get_args(FusionMode))}, not {fusion!r}.")
 
 
 @contextmanager
@@ -170,7 +175,7 @@ def search(
     hypotheses: Annotated[int | None, typer.Option("--hypotheses", min=1, max=8, help="Hypotheses per query.")] = None,
     questions: Annotated[bool | None, typer.Option(
         "--questions/--no-questions", help="Add the write-time questions channel (default: HYDE_QUESTIONS__ENABLED).")] = None,
-    fusion: Annotated[str | None, typer.Option(help="rrf | max | mean (channel fusion).")] = None,
+    fusion: Annotated[str | None, typer.Option(help="rrf | max | mean | score (channel fusion).")] = None,
     mode: Annotated[str, typer.Option(help="hybrid | dense | sparse (dense/sparse imply --no-hyde).")] = "hybrid",
     queries_file: Annotated[Path | None, typer.Option("--queries-file", help="BEIR queries.jsonl or one query per line.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per query per line.")] = False,
@@ -182,8 +187,7 @@ def search(
         _fail("Give either a QUERY or --queries-file.")
     if mode not in ("hybrid", "dense", "sparse"):
         _fail(f"--mode must be hybrid, dense or sparse, not {mode!r}.")
-    if fusion not in (None, "rrf", "max", "mean"):
-        _fail(f"--fusion must be rrf, max or mean, not {fusion!r}.")
+    _check_fusion(fusion)
     queries = _read_queries(queries_file) if queries_file else [("q1", query or "")]
     if mode != "hybrid":
         return _plain_search(queries, collection, top_k, mode, as_json)  # type: ignore[arg-type]
@@ -281,12 +285,13 @@ def evaluate(
         help="Comma-separated: raw, rrf, dbsf, dense, sparse, hyde, hyde_only, questions, hyde+questions.")] = "raw",
     k: Annotated[int, typer.Option("--k", min=10, max=100, help="Retrieval depth (metrics use @1/5/10).")] = 10,
     hypotheses: Annotated[int | None, typer.Option("--hypotheses", min=1, max=8)] = None,
-    fusion: Annotated[str | None, typer.Option(help="rrf | max | mean for the hyde arms.")] = None,
+    fusion: Annotated[str | None, typer.Option(help="rrf | max | mean | score for the hyde arms.")] = None,
     limit: Annotated[int | None, typer.Option(help="Evaluate N queries spread evenly over the set.")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of nDCG@10 and recall@5 per arm and query group.")] = None,
 ) -> None:
     """Score arms on the same queries: recall@1/5/10, precision@5, MRR@10, nDCG@10, per query group."""
+    _check_fusion(fusion)
     names = [a.strip() for a in arms.split(",") if a.strip()]
     unknown = [a for a in names if a not in RAW_ARMS and a not in HYDE_ARMS]
     if unknown or not names:

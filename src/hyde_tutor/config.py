@@ -106,18 +106,29 @@ class HydeSettings(BaseModel):
     n_hypotheses: int = Field(3, ge=1, le=8, description="Hypotheses per query, each from another perspective.")
     hypothesis_length: int = Field(512, ge=32, le=8192, description="Characters per hypothesis after normalisation.")
     exact_length: bool = Field(False, description="Pad hypotheses to exactly hypothesis_length.")
-    fusion: Literal["rrf", "max", "mean"] = Field("rrf", description="How raw and hypothesis channels are fused.")
+    fusion: Literal["rrf", "max", "mean", "score"] | None = Field(
+        None, description="How raw and hypothesis channels are fused; unset = score with the embedded local model, "
+        "rrf with API models.",
+    )
     rrf_k: int = Field(60, ge=1, description="RRF k across channels.")
-    raw_weight: float = Field(1.0, ge=0, description="RRF weight of the raw-query channel.")
-    hypothesis_weight: float = Field(1.0, ge=0, description="RRF weight of each hypothesis channel.")
-    protect_top: int | None = Field(
-        None, ge=0, le=100,
-        description="Keep the raw query's top N on top of fused HyDE results; unset = 3 with the embedded local "
-        "model (its hypotheses only hurt in our eval), 0 with API models.",
+    raw_weight: float = Field(1.0, ge=0, description="Weight of the raw-query channel (rrf and score fusion).")
+    hypothesis_weight: float | None = Field(
+        None, ge=0, description="Weight of the hypothesis channels (each gets weight/N in score fusion); "
+        "unset = 0.5 with the embedded local model, 1.0 with API models.",
+    )
+    min_agreement: int | None = Field(
+        None, ge=0, le=10, description="Use a hypothesis only when at least this many of its top 10 are also in "
+        "the raw query's top 10 (drops off-topic ones); unset = 3 with the embedded local model, 0 with API models.",
+    )
+    protect_top: int = Field(
+        0, ge=0, le=100, description="Keep the raw query's top N on top of fused HyDE results (0 = off).",
     )
     timeout_s: float = Field(60.0, gt=0, description="Per-call timeout of hypothesis generation.")
     min_hangul_chars: int = Field(
         4, ge=0, description="Drop hypotheses with fewer Hangul characters (garbage guard; 0 = off)."
+    )
+    strip_prompt_echo: bool = Field(
+        True, description="Remove sentences a hypothesis copied from the prompt (small models copy its sample entry)."
     )
     cache: Literal["memory", "disk", "off"] = Field("memory", description="Hypothesis cache; disk = under data_dir.")
     rerank: bool = Field(False, description="Rerank fused results with a CrossEncoder against the original query.")

@@ -41,6 +41,36 @@ def max_score_fusion(scored_lists: Sequence[Sequence[tuple[str, float]]]) -> lis
     return sorted(best.items(), key=lambda item: -item[1])
 
 
+def weighted_score_fusion(
+    scored_lists: Sequence[Sequence[tuple[str, float]]], weights: Sequence[float]
+) -> list[tuple[str, float]]:
+    """``score(d) = sum_i w_i * score_i(d)``; a list that lacks ``d`` adds nothing.
+
+    Unlike RRF this keeps each channel's score gaps: a confident raw hit far ahead of the next one
+    is not overtaken by a hypothesis that merely ranks a weaker document first. The channels must
+    share one score scale (here: Qdrant's hybrid scores for the same collection).
+    """
+    if len(weights) != len(scored_lists):
+        raise ValueError(f"got {len(weights)} weights for {len(scored_lists)} lists")
+    scores: dict[str, float] = {}
+    for scored, weight in zip(scored_lists, weights, strict=True):
+        seen: set[str] = set()
+        for doc_id, score in scored:
+            if doc_id not in seen:  # a repeated id keeps its first (best) score
+                seen.add(doc_id)
+                scores[doc_id] = scores.get(doc_id, 0.0) + weight * score
+    return sorted(scores.items(), key=lambda item: -item[1])  # stable: ties keep first appearance
+
+
+def agreement(ranking: Sequence[str], anchor: Sequence[str], depth: int = 10) -> int:
+    """How many of ``ranking``'s top ``depth`` are also in ``anchor``'s top ``depth``.
+
+    A hypothesis about the learner's topic finds some of what the query itself finds; one that
+    drifted to another topic (a weak model's usual failure) shares almost nothing with it.
+    """
+    return len(set(ranking[:depth]) & set(anchor[:depth]))
+
+
 def mean_vector(vectors: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
     """Mean of (query + hypothesis) vectors, re-normalised: the HyDE paper's combination."""
     matrix = np.asarray(vectors, dtype=np.float32)

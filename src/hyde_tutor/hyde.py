@@ -3,7 +3,7 @@
 1. validate the query;  2. decide HyDE on/off (per-call flag > caller's decision > settings);
 3. raw-query channel and hypothesis generation run IN PARALLEL;
 4. all hypotheses embedded in one batch, all their hybrid searches in one batched store call;
-5. fuse channels (rrf | max | mean);  6. optional rerank against the original query, adaptive threshold;
+5. drop off-topic hypotheses (agreement with the raw channel), fuse channels (rrf | max | mean | score);  6. optional rerank against the original query, adaptive threshold;
 7. graceful fallback to the raw results with a recorded reason;  8. typed result with timings and usage.
 """
 
@@ -20,7 +20,15 @@ import numpy as np
 from .config import HydeSettings, QuestionSettings, Settings
 from .documents import payload_text
 from .errors import CollectionNotFoundError
-from .fusion import channels_by_doc, max_score_fusion, mean_vector, protect_head, reciprocal_rank_fusion
+from .fusion import (
+    agreement,
+    channels_by_doc,
+    max_score_fusion,
+    mean_vector,
+    protect_head,
+    reciprocal_rank_fusion,
+    weighted_score_fusion,
+)
 from .monitor import logfire
 from .hypotheses import Domain, GenerationResult, Hypothesis, HypothesisGenerator, TokenUsage, make_cache
 from .rerank import CrossEncoderReranker, Reranker, adaptive_threshold
@@ -29,8 +37,8 @@ from .sparse import SparseVec
 from .store import Hit, questions_collection
 from .validation import validate_query, validate_top_k
 
-FusionMode = Literal["rrf", "max", "mean"]
-FallbackReason = Literal["llm_error", "timeout", "empty_hypotheses", "no_results", "disabled"]
+FusionMode = Literal["rrf", "max", "mean", "score"]
+FallbackReason = Literal["llm_error", "timeout", "empty_hypotheses", "off_topic", "no_results", "disabled"]
 RAW = "raw"
 QUESTIONS = "questions"
 DEFAULT_DOMAINS: dict[str, Domain] = {"grammar": "grammar", "docs": "docs"}
@@ -77,6 +85,38 @@ class HydeResult:
 GeneratorFactory = Callable[[Domain], HypothesisGenerator]
 
 
+@dataclass(frozen=True, slots=True)
+class FusionPolicy:
+    """How far hypotheses may move the raw query's ranking.
+
+    A capable model's hypotheses are trusted as full channels (RRF, weight 1). The embedded 1.5B
+    model's are mostly off-topic, so for it: drop a hypothesis that shares fewer than 3 of its top 10
+    with the raw query's top 10, and fuse by score with the hypothesis at half the query's weight, so
+    it reorders near-ties but cannot overtake a confident raw hit (README, "HyDE with the embedded model").
+    """
+
+    fusion: FusionMode = "rrf"
+    hypothesis_weight: float = 1.0
+    min_agreement: int = 0
+    protect_top: int = 0
+
+    @classmethod
+    def resolve(cls, settings: HydeSettings, weak_model: bool = False) -> FusionPolicy:
+        """Settings that are set win; unset ones come from the default for this kind of model."""
+        base = WEAK_MODEL_POLICY if weak_model else STRONG_MODEL_POLICY
+        return cls(
+            fusion=settings.fusion or base.fusion,
+            hypothesis_weight=base.hypothesis_weight if settings.hypothesis_weight is None else settings.hypothesis_weight,
+            min_agreement=base.min_agreement if settings.min_agreement is None else settings.min_agreement,
+            protect_top=settings.protect_top,
+        )
+
+
+STRONG_MODEL_POLICY = FusionPolicy()
+WEAK_MODEL_POLICY = FusionPolicy(fusion="score", hypothesis_weight=0.5, min_agreement=3)
+AGREEMENT_DEPTH = 10
+
+
 class HydeRetriever:
     """HyDE on top of a :class:`Retriever`. Generators are created lazily, so plain searches never load an LLM."""
 
@@ -89,13 +129,12 @@ class HydeRetriever:
         reranker: Reranker | None = None,
         domains: Mapping[str, Domain] | None = None,
         questions: QuestionSettings | None = None,
-        protect_top: int | None = None,
+        weak_model: bool = False,
     ) -> None:
         self.retriever = retriever
         self.settings = settings or HydeSettings()
         self.questions = questions or QuestionSettings()
-        # How many raw top results fused HyDE may not displace (settings > caller's default > 0).
-        self.protect_top = self.settings.protect_top if self.settings.protect_top is not None else (protect_top or 0)
+        self.policy = FusionPolicy.resolve(self.settings, weak_model)
         self.reranker = reranker
         self.domains = dict(DEFAULT_DOMAINS if domains is None else domains)
         self._factory = generator_factory
@@ -126,9 +165,9 @@ class HydeRetriever:
         reranker = CrossEncoderReranker(settings.hyde.reranker_model) if settings.hyde.rerank and settings.hyde.reranker_model else None
         from .llm import resolve_provider
 
-        local = resolve_provider(settings.llm) == "local"  # the embedded model: protect the raw top 3 (README)
+        weak = resolve_provider(settings.llm) == "local"  # the embedded model gets the guarded policy
         instance = cls(retriever, factory, settings.hyde, reranker=reranker, questions=settings.questions,
-                       protect_top=3 if local else 0)
+                       weak_model=weak)
         return instance
 
     def close(self) -> None:
@@ -178,7 +217,7 @@ class HydeRetriever:
         started = time.perf_counter()
         text = validate_query(query, self.retriever.settings.max_query_chars)
         top_k = validate_top_k(top_k if top_k is not None else self.retriever.settings.top_k)
-        fusion = fusion or self.settings.fusion
+        fusion = fusion or self.policy.fusion
         self.retriever.check_collection(collection)
         candidates = rerank_candidates or self.settings.rerank_candidates
         depth = max(top_k, candidates if self.reranker else top_k, 10)
@@ -252,6 +291,7 @@ class HydeRetriever:
         gen: GenerationResult, fusion: FusionMode, include_raw: bool, depth: int,
     ) -> HydeResult:
         reason = gen.failure_reason
+        notes: list[str] = []
         if reason is not None:
             result = self._fallback(text, collection, base, reason, fusion)  # type: ignore[arg-type]
         else:
@@ -264,24 +304,52 @@ class HydeRetriever:
                     self._hypothesis_channels, collection, gen.hypotheses, hyp_enc, raw_enc, fusion, depth
                 )
             t2 = time.perf_counter()
-            if include_raw:
-                channels = {**base, **channels}
-            elif QUESTIONS in base:
-                channels = {QUESTIONS: base[QUESTIONS], **channels}
-            fused = self._fuse(channels, fusion)
-            if include_raw and self.protect_top:
-                fused = self._protect(fused, base[RAW])
-            if not fused:
-                result = self._fallback(text, collection, base, "no_results", fusion)
+            channels, notes = self._drop_off_topic(channels, base[RAW])
+            if not channels:
+                result = self._fallback(text, collection, base, "off_topic", fusion)
             else:
-                result = HydeResult(text, collection, fused, True, None, fusion=fusion)
+                result = self._fused_result(text, collection, base, channels, fusion, include_raw)
             result.timings.embed_ms = (t1 - t0) * 1000
             result.timings.search_ms = (t2 - t1) * 1000
         result.hypotheses = gen.hypotheses
         result.usage = gen.usage
-        result.errors = gen.errors + [f"timeout x{gen.timeouts}"] * bool(gen.timeouts)
+        result.errors = gen.errors + [f"timeout x{gen.timeouts}"] * bool(gen.timeouts) + notes
         result.timings.generate_ms = gen.seconds * 1000
         return result
+
+    def _drop_off_topic(
+        self, channels: dict[str, list[Hit]], raw_hits: list[Hit]
+    ) -> tuple[dict[str, list[Hit]], list[str]]:
+        """Keep the hypothesis channels that agree with the raw query on at least ``min_agreement`` documents."""
+        need = self.policy.min_agreement
+        if need <= 0:
+            return channels, []
+        anchor = [h.doc_id for h in raw_hits]
+        kept: dict[str, list[Hit]] = {}
+        notes: list[str] = []
+        for name, hits in channels.items():
+            shared = agreement([h.doc_id for h in hits], anchor, AGREEMENT_DEPTH)
+            if shared >= need:
+                kept[name] = hits
+            else:
+                notes.append(f"{name} dropped as off-topic: {shared}/{AGREEMENT_DEPTH} shared with the raw top "
+                             f"{AGREEMENT_DEPTH}, need {need}")
+        return kept, notes
+
+    def _fused_result(
+        self, text: str, collection: str, base: dict[str, list[Hit]], channels: dict[str, list[Hit]],
+        fusion: FusionMode, include_raw: bool,
+    ) -> HydeResult:
+        if include_raw:
+            channels = {**base, **channels}
+        elif QUESTIONS in base:
+            channels = {QUESTIONS: base[QUESTIONS], **channels}
+        fused = self._fuse(channels, fusion)
+        if include_raw and self.policy.protect_top:
+            fused = self._protect(fused, base[RAW])
+        if not fused:
+            return self._fallback(text, collection, base, "no_results", fusion)
+        return HydeResult(text, collection, fused, True, None, fusion=fusion)
 
     def _hypothesis_channels(
         self, collection: str, hypotheses: Sequence[Hypothesis], hyp: EncodedQueries, raw: EncodedQueries,
@@ -305,13 +373,17 @@ class HydeRetriever:
         if fusion == "rrf":
             weights = [self._weight(n) for n in channels]
             ranked = reciprocal_rank_fusion([[h.doc_id for h in hits] for hits in channels.values()], self.settings.rrf_k, weights)
+        elif fusion == "score":
+            n_hyp = sum(1 for name in channels if name not in (RAW, QUESTIONS))
+            weights = [self._weight(n) / (1 if n in (RAW, QUESTIONS) else n_hyp) for n in channels]
+            ranked = weighted_score_fusion([[(h.doc_id, h.score) for h in hits] for hits in channels.values()], weights)
         else:  # max (and mean, whose single hyde channel is deduplicated against raw the same way)
             ranked = max_score_fusion([[(h.doc_id, h.score) for h in hits] for hits in channels.values()])
         return [RetrievedDoc(d, s, payloads[d], found_by[d]) for d, s in ranked]
 
     def _protect(self, fused: list[RetrievedDoc], raw_hits: list[Hit]) -> list[RetrievedDoc]:
         by_id = {d.id: d for d in fused}
-        order = protect_head([(d.id, d.score) for d in fused], [h.doc_id for h in raw_hits], self.protect_top)
+        order = protect_head([(d.id, d.score) for d in fused], [h.doc_id for h in raw_hits], self.policy.protect_top)
         return [RetrievedDoc(d, s, by_id[d].payload, by_id[d].channels) for d, s in order]
 
     def _weight(self, channel: str) -> float:
@@ -319,7 +391,7 @@ class HydeRetriever:
             return self.settings.raw_weight
         if channel == QUESTIONS:
             return self.questions.weight
-        return self.settings.hypothesis_weight
+        return self.policy.hypothesis_weight
 
     def _fallback(
         self, text: str, collection: str, base: dict[str, list[Hit]], reason: FallbackReason, fusion: str

@@ -17,6 +17,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
 from pydantic_ai.exceptions import UnexpectedModelBehavior
@@ -39,6 +40,35 @@ def normalise_length(text: str, length: int, exact: bool = False) -> str:
         cut = head.rfind(" ")
         flat = (flat[:cut] if cut > 0 else flat[:length]).rstrip()
     return flat.ljust(length) if exact else flat
+
+
+_SEGMENT_END = re.compile(r"(?<=[.!?…])\s+|\n+|\s+(?=[—–]\s)")
+_NON_WORD = re.compile(r"[^\w]+")
+
+
+def _flat(text: str) -> str:
+    """Lower case, punctuation and whitespace collapsed to single spaces: the form echoes are compared in."""
+    return " ".join(_NON_WORD.sub(" ", text.lower()).split())
+
+
+def strip_prompt_echo(text: str, prompt_texts: Sequence[str], min_words: int = 3) -> tuple[str, int]:
+    """Drop the sentences and lines of ``text`` that copy the prompt; return the rest and how many were dropped.
+
+    Small models often copy the prompt's sample entry (its Korean examples included) instead of writing
+    one about the learner's question. Those copies pull every query towards the sample's topic, so a
+    segment of at least ``min_words`` words found verbatim (ignoring case and punctuation) in a prompt
+    is removed. Short labels such as "Пример:" are kept.
+    """
+    haystack = " " + " ".join(_flat(p) for p in prompt_texts) + " "
+    kept: list[str] = []
+    dropped = 0
+    for segment in _SEGMENT_END.split(text):
+        flat = _flat(segment)
+        if len(flat.split()) >= min_words and f" {flat} " in haystack:
+            dropped += 1
+        else:
+            kept.append(segment)
+    return (" ".join(kept) if dropped else text), dropped
 
 
 # -- cache ----------------------------------------------------------------------------------------
@@ -145,6 +175,7 @@ class GenerationResult:
     empty: int = 0
     duplicates: int = 0
     rejected: int = 0
+    echoed_segments: int = 0
     usage: TokenUsage = field(default_factory=TokenUsage)
     seconds: float = 0.0
 
@@ -237,7 +268,11 @@ class HypothesisGenerator:
         return result
 
     def _keep(self, out: _Outcome, result: GenerationResult, seen: set[str]) -> None:
-        text = normalise_length(out.text or "", self.hyde.hypothesis_length, self.hyde.exact_length)
+        text = out.text or ""
+        if self.hyde.strip_prompt_echo:
+            text, dropped = strip_prompt_echo(text, (self.prompt.text, self.request.text))
+            result.echoed_segments += dropped
+        text = normalise_length(text, self.hyde.hypothesis_length, self.hyde.exact_length)
         fingerprint = " ".join(text.lower().split())
         if not fingerprint:
             result.empty += 1
