@@ -70,9 +70,11 @@ def test_weighted_score_fusion_keeps_a_confident_raw_hit_on_top() -> None:
     raw = [("a", 2.0), ("b", 1.0), ("c", 0.9)]  # "a" is far ahead of the rest
     hypothesis = [("c", 1.0), ("b", 0.8), ("z", 0.7)]
     fused = weighted_score_fusion([raw, hypothesis], [1.0, 0.5])
-    assert fused[0] == ("a", 2.0)
-    assert dict(fused)["b"] == pytest.approx(1.4) and dict(fused)["c"] == pytest.approx(1.4)
+    # missing from a list = that list's last score: a gets 0.7 from the hypothesis, z gets 0.9 from raw
+    assert dict(fused) == pytest.approx({"a": 2.35, "b": 1.4, "c": 1.4, "z": 1.25})
     assert [d for d, _ in fused] == ["a", "b", "c", "z"]  # the b/c tie keeps first appearance
+    zero = weighted_score_fusion([raw, hypothesis], [1.0, 0.5], fill_missing=False)
+    assert dict(zero) == pytest.approx({"a": 2.0, "b": 1.4, "c": 1.4, "z": 0.35})
     # RRF forgets the gap: the hypothesis alone pushes "a" from first to last of the three
     assert [d for d, _ in reciprocal_rank_fusion([["a", "b", "c"], ["c", "b", "z"]], k=60)][:3] == ["c", "b", "a"]
 
@@ -80,6 +82,7 @@ def test_weighted_score_fusion_keeps_a_confident_raw_hit_on_top() -> None:
 def test_weighted_score_fusion_validates_and_ignores_repeats() -> None:
     assert weighted_score_fusion([[("a", 1.0), ("a", 0.1)]], [2.0]) == [("a", 2.0)]
     assert weighted_score_fusion([[("a", 1.0)], [("b", 3.0)]], [1.0, 0.0])[0] == ("a", 1.0)
+    assert weighted_score_fusion([[("a", 1.0)], []], [1.0, 1.0]) == [("a", 1.0)]  # an empty list adds nothing
     with pytest.raises(ValueError):
         weighted_score_fusion([[("a", 1.0)]], [1.0, 1.0])
 

@@ -243,11 +243,13 @@ def test_score_fusion_splits_the_hypothesis_weight_over_n(retriever) -> None:
     hr = _hyde(retriever, _text_model(), hypothesis_weight=0.5)
     channels = {
         "raw": [Hit("a", 2.0, {}), Hit("b", 1.0, {})],
-        "hyde:rule": [Hit("b", 1.0, {}), Hit("c", 1.0, {})],
-        "hyde:example": [Hit("b", 1.0, {})],
+        "hyde:rule": [Hit("b", 0.8, {}), Hit("c", 0.6, {})],
+        "hyde:example": [Hit("b", 0.4, {})],
     }
     fused = {d.id: d.score for d in hr._fuse(channels, "score")}
-    assert fused == pytest.approx({"a": 2.0, "b": 1.0 + 0.25 + 0.25, "c": 0.25})
+    # weight 0.5 split over 2 hypotheses; a missing document takes the channel's last score
+    assert fused == pytest.approx({"a": 2.0 + 0.25 * 0.6 + 0.25 * 0.4, "b": 1.0 + 0.25 * 0.8 + 0.25 * 0.4,
+                                   "c": 1.0 + 0.25 * 0.6 + 0.25 * 0.4})
     assert [d.id for d in hr._fuse(channels, "score")] == ["a", "b", "c"]
 
 

@@ -42,23 +42,27 @@ def max_score_fusion(scored_lists: Sequence[Sequence[tuple[str, float]]]) -> lis
 
 
 def weighted_score_fusion(
-    scored_lists: Sequence[Sequence[tuple[str, float]]], weights: Sequence[float]
+    scored_lists: Sequence[Sequence[tuple[str, float]]], weights: Sequence[float], fill_missing: bool = True
 ) -> list[tuple[str, float]]:
-    """``score(d) = sum_i w_i * score_i(d)``; a list that lacks ``d`` adds nothing.
+    """``score(d) = sum_i w_i * score_i(d)`` over the union of the lists.
 
     Unlike RRF this keeps each channel's score gaps: a confident raw hit far ahead of the next one
     is not overtaken by a hypothesis that merely ranks a weaker document first. The channels must
     share one score scale (here: Qdrant's hybrid scores for the same collection).
+    A list is a truncated top-N, so a document it lacks scored at most its last score: with
+    ``fill_missing`` it gets that score (else 0, which punishes documents just below the cut).
     """
     if len(weights) != len(scored_lists):
         raise ValueError(f"got {len(weights)} weights for {len(scored_lists)} lists")
+    firsts = [dict(reversed(list(scored))) for scored in scored_lists]  # a repeated id keeps its first score
+    ids = dict.fromkeys(doc_id for scored in scored_lists for doc_id, _ in scored)
     scores: dict[str, float] = {}
-    for scored, weight in zip(scored_lists, weights, strict=True):
-        seen: set[str] = set()
-        for doc_id, score in scored:
-            if doc_id not in seen:  # a repeated id keeps its first (best) score
-                seen.add(doc_id)
-                scores[doc_id] = scores.get(doc_id, 0.0) + weight * score
+    for doc_id in ids:
+        total = 0.0
+        for scored, first, weight in zip(scored_lists, firsts, weights, strict=True):
+            floor = scored[-1][1] if (fill_missing and scored) else 0.0
+            total += weight * first.get(doc_id, floor)
+        scores[doc_id] = total
     return sorted(scores.items(), key=lambda item: -item[1])  # stable: ties keep first appearance
 
 

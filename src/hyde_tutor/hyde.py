@@ -115,6 +115,7 @@ class FusionPolicy:
 STRONG_MODEL_POLICY = FusionPolicy()
 WEAK_MODEL_POLICY = FusionPolicy(fusion="score", hypothesis_weight=0.5, min_agreement=3)
 AGREEMENT_DEPTH = 10
+SCORE_FUSION_DEPTH = 30  # score fusion reads each channel this deep, so a missing document means "far down"
 
 
 class HydeRetriever:
@@ -220,7 +221,9 @@ class HydeRetriever:
         fusion = fusion or self.policy.fusion
         self.retriever.check_collection(collection)
         candidates = rerank_candidates or self.settings.rerank_candidates
-        depth = max(top_k, candidates if self.reranker else top_k, 10)
+        depth = max(top_k, candidates if self.reranker else top_k, AGREEMENT_DEPTH)
+        if fusion == "score":
+            depth = max(depth, SCORE_FUSION_DEPTH)
         use = self.settings.enabled if use_hyde is None else bool(use_hyde)
         want_questions = self.questions.enabled if use_questions is None else bool(use_questions)
         has_questions = want_questions and self._has_questions(collection)
