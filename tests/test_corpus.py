@@ -56,3 +56,14 @@ def test_beir_corpus_files_are_in_sync_with_the_data_files() -> None:
         assert not errors
         expected = [to_beir_record(d) for d in docs]
         assert _lines(DATA / "eval" / name / "corpus.jsonl") == expected, f"run: hyde-tutor export-beir for {name}"
+
+
+def test_grammar_holdout_is_labelled_against_the_grammar_corpus_and_new() -> None:
+    """data/eval/grammar_holdout: questions written after the HyDE policy was chosen, to check it."""
+    holdout = load_beir(DATA / "eval" / "grammar_holdout")
+    corpus_ids = {r["_id"] for r in _lines(DATA / "eval" / "grammar" / "corpus.jsonl")}
+    assert len(holdout.queries) == len(_lines(DATA / "eval" / "grammar_holdout" / "queries.jsonl")) >= 25
+    assert all(doc in corpus_ids for rel in holdout.qrels.values() for doc in rel)
+    tuned_on = {q.text for q in load_beir(DATA / "eval" / "grammar").queries}
+    assert not tuned_on & {q.text for q in holdout.queries}
+    assert sum(q.group == "unnamed" for q in holdout.queries) * 2 >= len(holdout.queries)
