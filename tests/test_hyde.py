@@ -228,14 +228,15 @@ def test_protect_top_keeps_raw_hits_above_off_topic_hypotheses(retriever) -> Non
 
 def test_fusion_policy_defaults_follow_the_model_and_settings_win(isolated_env) -> None:
     from hyde_tutor.config import Settings
-    from hyde_tutor.hyde import STRONG_MODEL_POLICY, WEAK_MODEL_POLICY, FusionPolicy
+    from hyde_tutor.hyde import STRONG_MODEL_POLICY, WEAK_MODEL_POLICY, HydePolicy
 
     local = HydeRetriever.from_settings(Settings(), retriever=object())  # type: ignore[arg-type]
-    assert local.policy == WEAK_MODEL_POLICY == FusionPolicy("score", 0.5, 3, 0)  # no API: the embedded model
+    assert local.policy == WEAK_MODEL_POLICY == HydePolicy(1, "score", 0.5, 3, 0)  # no API: the embedded model
     api = HydeRetriever.from_settings(Settings(llm={"provider": "openai", "api_key": "sk-test"}), retriever=object())  # type: ignore[arg-type]
-    assert api.policy == STRONG_MODEL_POLICY == FusionPolicy("rrf", 1.0, 0, 0)
-    pinned = Settings(hyde={"fusion": "rrf", "hypothesis_weight": 2.0, "min_agreement": 0, "protect_top": 5})
-    assert HydeRetriever.from_settings(pinned, retriever=object()).policy == FusionPolicy("rrf", 2.0, 0, 5)  # type: ignore[arg-type]
+    assert api.policy == STRONG_MODEL_POLICY == HydePolicy(3, "rrf", 1.0, 0, 0)
+    pinned = Settings(hyde={"n_hypotheses": 4, "fusion": "rrf", "hypothesis_weight": 2.0, "min_agreement": 0,
+                            "protect_top": 5})
+    assert HydeRetriever.from_settings(pinned, retriever=object()).policy == HydePolicy(4, "rrf", 2.0, 0, 5)  # type: ignore[arg-type]
     assert HydeRetriever(None, lambda d: None, HydeSettings()).policy == STRONG_MODEL_POLICY  # type: ignore[arg-type]
 
 
@@ -289,3 +290,20 @@ def test_one_off_topic_hypothesis_is_dropped_and_the_other_kept(clustered) -> No
     assert res.used_hyde
     assert {c for d in res.results for c in d.channels} == {"raw", "hyde:rule"}
     assert [e.split()[0] for e in res.errors] == ["hyde:example"]
+
+
+def test_the_embedded_model_policy_writes_one_hypothesis_by_default(retriever) -> None:
+    calls: list[str] = []
+
+    def text(prompt: str) -> str:
+        calls.append(prompt)
+        return WANT_TO + prompt[-8:]
+
+    model = _text_model(text)
+    hs = HydeSettings(timeout_s=2.0)
+    hr = HydeRetriever(retriever, lambda d: HypothesisGenerator(model, "fake", d, cache=MemoryCache(), hyde=hs), hs,
+                       weak_model=True)
+    res = asyncio.run(hr.search("grammar", "хотеть", top_k=3))
+    assert len(calls) == 1 and len(res.hypotheses) == 1 and res.fusion == "score"
+    asyncio.run(hr.search("grammar", "хотеть поехать", top_k=3, n_hypotheses=3))
+    assert len(calls) == 4  # an explicit n still wins

@@ -18,7 +18,7 @@ from .errors import (
 )
 from .experiment import Decision, Experiment, ReloadableExperiment, decide
 from .fusion import agreement, max_score_fusion, mean_vector, protect_head, reciprocal_rank_fusion, weighted_score_fusion
-from .hyde import FusionPolicy, HydeResult, HydeRetriever, RetrievedDoc
+from .hyde import HydePolicy, HydeResult, HydeRetriever, RetrievedDoc
 from .hypotheses import HypothesisGenerator
 from .llm import LLMBackend, make_llm
 from .monitor import Monitor, RetrievalRecord
@@ -93,7 +93,7 @@ __all__ = [
     "protect_head",
     "weighted_score_fusion",
     "agreement",
-    "FusionPolicy",
+    "HydePolicy",
     "QuestionCache",
     "QuestionGenerator",
     "QuestionIngestReport",

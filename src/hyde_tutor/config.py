@@ -103,7 +103,10 @@ class HydeSettings(BaseModel):
     """The HyDE pipeline."""
 
     enabled: bool = Field(True, description="Default for use_hyde when neither the call nor an experiment decides.")
-    n_hypotheses: int = Field(3, ge=1, le=8, description="Hypotheses per query, each from another perspective.")
+    n_hypotheses: int | None = Field(
+        None, ge=1, le=8, description="Hypotheses per query, each from another perspective; unset = 1 with the "
+        "embedded local model (each costs 10-19 s of CPU and more of them hurt in our eval), 3 with API models.",
+    )
     hypothesis_length: int = Field(512, ge=32, le=8192, description="Characters per hypothesis after normalisation.")
     exact_length: bool = Field(False, description="Pad hypotheses to exactly hypothesis_length.")
     fusion: Literal["rrf", "max", "mean", "score"] | None = Field(

@@ -86,25 +86,28 @@ GeneratorFactory = Callable[[Domain], HypothesisGenerator]
 
 
 @dataclass(frozen=True, slots=True)
-class FusionPolicy:
+class HydePolicy:
     """How far hypotheses may move the raw query's ranking.
 
     A capable model's hypotheses are trusted as full channels (RRF, weight 1). The embedded 1.5B
-    model's are mostly off-topic, so for it: drop a hypothesis that shares fewer than 3 of its top 10
-    with the raw query's top 10, and fuse by score with the hypothesis at half the query's weight, so
-    it reorders near-ties but cannot overtake a confident raw hit (README, "HyDE with the embedded model").
+    model's are mostly off-topic, so for it: write one hypothesis (each costs 10-19 s of CPU, and three
+    scored below raw), drop it if it shares fewer than 3 of its top 10 with the raw query's top 10, and
+    fuse by score with the hypothesis at half the query's weight, so it reorders near-ties but cannot
+    overtake a confident raw hit (README, "HyDE with the embedded local models").
     """
 
+    n_hypotheses: int = 3
     fusion: FusionMode = "rrf"
     hypothesis_weight: float = 1.0
     min_agreement: int = 0
     protect_top: int = 0
 
     @classmethod
-    def resolve(cls, settings: HydeSettings, weak_model: bool = False) -> FusionPolicy:
+    def resolve(cls, settings: HydeSettings, weak_model: bool = False) -> HydePolicy:
         """Settings that are set win; unset ones come from the default for this kind of model."""
         base = WEAK_MODEL_POLICY if weak_model else STRONG_MODEL_POLICY
         return cls(
+            n_hypotheses=settings.n_hypotheses or base.n_hypotheses,
             fusion=settings.fusion or base.fusion,
             hypothesis_weight=base.hypothesis_weight if settings.hypothesis_weight is None else settings.hypothesis_weight,
             min_agreement=base.min_agreement if settings.min_agreement is None else settings.min_agreement,
@@ -112,8 +115,8 @@ class FusionPolicy:
         )
 
 
-STRONG_MODEL_POLICY = FusionPolicy()
-WEAK_MODEL_POLICY = FusionPolicy(fusion="score", hypothesis_weight=0.5, min_agreement=3)
+STRONG_MODEL_POLICY = HydePolicy()
+WEAK_MODEL_POLICY = HydePolicy(n_hypotheses=1, fusion="score", hypothesis_weight=0.5, min_agreement=3)
 AGREEMENT_DEPTH = 10
 SCORE_FUSION_DEPTH = 30  # score fusion reads each channel this deep, so a missing document means "far down"
 
@@ -135,7 +138,7 @@ class HydeRetriever:
         self.retriever = retriever
         self.settings = settings or HydeSettings()
         self.questions = questions or QuestionSettings()
-        self.policy = FusionPolicy.resolve(self.settings, weak_model)
+        self.policy = HydePolicy.resolve(self.settings, weak_model)
         self.reranker = reranker
         self.domains = dict(DEFAULT_DOMAINS if domains is None else domains)
         self._factory = generator_factory
@@ -252,8 +255,9 @@ class HydeRetriever:
         return True
 
     async def _generate(self, collection: str, text: str, n: int | None) -> GenerationResult:
+        n = n or self.policy.n_hypotheses
         try:
-            with logfire.span("hyde.generate", n=n or self.settings.n_hypotheses):
+            with logfire.span("hyde.generate", n=n):
                 return await self.generator(collection).generate(text, n)
         except Exception as exc:  # noqa: BLE001 - e.g. the LLM backend could not start
             return GenerationResult(errors=[f"{type(exc).__name__}: {exc}"[:300]])

@@ -29,6 +29,7 @@ from .prompts import Perspective, Prompt, load_prompt, parse_perspectives
 Domain = Literal["grammar", "docs"]
 PROMPT_NAMES: dict[str, str] = {"grammar": "hypothesis_grammar", "docs": "hypothesis_docs"}
 MAX_HYPOTHESES = 8
+DEFAULT_HYPOTHESES = 3
 _HANGUL = re.compile("[가-힣]")
 
 
@@ -251,7 +252,7 @@ class HypothesisGenerator:
 
     async def generate(self, query: str, n: int | None = None, timeout_s: float | None = None) -> GenerationResult:
         """Generate up to ``n`` hypotheses concurrently; never raises for model failures."""
-        n = max(1, min(n or self.hyde.n_hypotheses, MAX_HYPOTHESES, len(self.perspectives)))
+        n = max(1, min(n or self.hyde.n_hypotheses or DEFAULT_HYPOTHESES, MAX_HYPOTHESES, len(self.perspectives)))
         timeout = timeout_s if timeout_s is not None else self.hyde.timeout_s
         started = time.perf_counter()
         outcomes = await asyncio.gather(*(self._one(query, p, timeout) for p in self.perspectives[:n]))
