@@ -88,6 +88,20 @@ def test_eval_json_contract_auto_ingests(tiny_beir: Path) -> None:
     assert bad.exit_code == 2 and "Unknown arm" in bad.output
 
 
+def test_eval_counts_each_query_fallback_once(tiny_beir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm-up query runs twice; its fallback must still be counted once."""
+    monkeypatch.setenv("HYDE_LLM__BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens: every call fails
+    monkeypatch.setenv("HYDE_HYDE__TIMEOUT_S", "5")
+    out = runner.invoke(app, ["eval", "--collection", "fresh", "--dataset", str(tiny_beir), "--arms", "raw,hyde", "--json"])
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.output.strip().splitlines()[-1])
+    assert report["fallbacks"] == {"hyde": {"llm_error": 2}}
+    assert report["arms"]["hyde"] == report["arms"]["raw"]  # every query fell back to the raw results
+    bad = runner.invoke(app, ["eval", "--collection", "fresh", "--dataset", str(tiny_beir), "--arms", "hyde",
+                              "--fusion", "bogus"])
+    assert bad.exit_code == 2 and "--fusion must be one of rrf, max, mean, score" in bad.output
+
+
 def test_bench_runs_small(isolated_env: Path, small_corpus: Path) -> None:
     out = runner.invoke(app, ["bench", "--sizes", "2000", "--corpus", str(small_corpus), "--json"])
     assert out.exit_code == 0, out.output

@@ -304,7 +304,7 @@ def evaluate(
         step = len(data.queries) / limit  # evenly spaced: every slice of the set is represented
         data = replace(data, queries=[data.queries[int(i * step)] for i in range(limit)])
     hr = _hyde()
-    fallbacks: dict[str, dict[str, int]] = {}
+    reasons: dict[str, dict[str, list[str]]] = {}
     try:
         r = hr.retriever
         if collection not in r.store.list_collections():
@@ -315,13 +315,14 @@ def evaluate(
             if a in RAW_ARMS:
                 arm_fns[a] = _raw_arm(r, collection, k, *RAW_ARMS[a])
             else:
-                fallbacks[a] = {}
-                arm_fns[a] = _hyde_arm(hr, collection, k, HYDE_ARMS[a], hypotheses, fusion, fallbacks[a])
+                reasons[a] = {}
+                arm_fns[a] = _hyde_arm(hr, collection, k, HYDE_ARMS[a], hypotheses, fusion, reasons[a])
         results = evaluate_arms(data, arm_fns)
     except HydeTutorError as exc:
         _fail(str(exc))
     finally:
         hr.close()
+    fallbacks = {a: _count_reasons(per_query) for a, per_query in reasons.items()}
     if plot is not None:
         from collections import Counter
 
@@ -357,7 +358,8 @@ def _raw_arm(r: Retriever, collection: str, k: int, mode: SearchMode, fusion: st
 
 
 def _hyde_arm(hr: HydeRetriever, collection: str, k: int, arm: PipelineArm, n: int | None, fusion: str | None,
-              fallbacks: dict[str, int]):  # type: ignore[no-untyped-def]
+              reasons: dict[str, list[str]]):  # type: ignore[no-untyped-def]
+    """``reasons`` gets each query's fallback reasons, keyed by its text (so the warm-up query is counted once)."""
     loop = asyncio.new_event_loop()  # one loop for all batches: HTTP clients stay bound to it
 
     def run(texts):  # type: ignore[no-untyped-def]
@@ -365,14 +367,20 @@ def _hyde_arm(hr: HydeRetriever, collection: str, k: int, arm: PipelineArm, n: i
             hr, collection, list(texts), top_k=k, use_hyde=arm.use_hyde, n_hypotheses=n, fusion=fusion,
             include_raw=arm.include_raw, use_questions=arm.use_questions,
         ))
-        for res in results:
-            if arm.use_questions and not res.used_questions:
-                fallbacks["no_questions_index"] = fallbacks.get("no_questions_index", 0) + 1
-            if res.fallback_reason and arm.use_hyde:
-                fallbacks[res.fallback_reason] = fallbacks.get(res.fallback_reason, 0) + 1
+        for text, res in zip(texts, results, strict=True):
+            reasons[text] = (["no_questions_index"] if arm.use_questions and not res.used_questions else []) + (
+                [res.fallback_reason] if res.fallback_reason and arm.use_hyde else [])
         return [[d.id for d in res.results] for res in results]
 
     return run
+
+
+def _count_reasons(per_query: dict[str, list[str]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for found in per_query.values():
+        for reason in found:
+            counts[reason] = counts.get(reason, 0) + 1
+    return counts
 
 
 @app.command()
