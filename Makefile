@@ -82,3 +82,4 @@ LOCAL_MODEL ?= qwen2.5-1.5b
 eval-hyde: ingest
 	HYDE_HYDE__CACHE=disk HYDE_LLM__LOCAL_MODEL=$(LOCAL_MODEL) $(CLI) eval --collection grammar --dataset data/eval/grammar --arms raw,hyde,hyde_only --hypotheses 1
 	HYDE_HYDE__CACHE=disk HYDE_LLM__LOCAL_MODEL=$(LOCAL_MODEL) $(CLI) eval --collection docs --dataset data/eval/docs --arms raw,hyde,hyde_only --hypotheses 1
+	HYDE_HYDE__CACHE=disk HYDE_LLM__LOCAL_MODEL=$(LOCAL_MODEL) $(CLI) eval --collection grammar --dataset data/eval/grammar_holdout --arms raw,hyde,hyde_only --hypotheses 1
