@@ -191,3 +191,42 @@ def test_a_copied_sample_entry_does_not_become_a_hypothesis() -> None:
     # the same text is kept when the guard is switched off
     kept = asyncio.run(_generator(fn, n=1, min_hangul_chars=4, strip_prompt_echo=False).generate("вопрос"))
     assert len(kept.hypotheses) == 1 and kept.echoed_segments == 0
+
+
+def test_streamed_generation_returns_text_and_usage() -> None:
+    async def stream(messages, info):
+        for piece in ["Конструкция: -고 싶다. ", "Пример: 가고 싶어요."]:
+            yield piece
+
+    settings = HydeSettings(n_hypotheses=1, hypothesis_length=200, min_hangul_chars=0)
+    gen = HypothesisGenerator(FunctionModel(stream_function=stream), "fake", "grammar", hyde=settings, stream=True)
+    result = asyncio.run(gen.generate("Как сказать, что я хочу?"))
+    assert [h.text for h in result.hypotheses] == ["Конструкция: -고 싶다. Пример: 가고 싶어요."]
+    assert result.usage.requests == 1 and result.usage.output_tokens > 0
+
+
+def test_a_timeout_closes_the_stream_instead_of_leaving_it_running() -> None:
+    """With a stream, giving up on a call closes it: a llama.cpp server then stops generating."""
+    events: list[str] = []
+
+    async def endless(messages, info):
+        try:
+            for i in range(10_000):
+                events.append("token")
+                yield f"слово{i} "
+                await asyncio.sleep(0.01)
+        finally:
+            events.append("closed")
+
+    settings = HydeSettings(n_hypotheses=1, hypothesis_length=200, min_hangul_chars=0)
+    gen = HypothesisGenerator(FunctionModel(stream_function=endless), "fake", "grammar", hyde=settings, stream=True)
+
+    async def run() -> tuple:
+        result = await gen.generate("вопрос", timeout_s=0.3)
+        produced = events.count("token")
+        await asyncio.sleep(0.3)  # a stream left running would keep producing tokens now
+        return result, produced
+
+    result, produced = asyncio.run(run())
+    assert result.timeouts == 1 and result.failure_reason == "timeout"
+    assert "closed" in events and events.count("token") == produced < 10_000

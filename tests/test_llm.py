@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,27 @@ def test_llama_cpp_engine_smoke_with_smollm2(isolated_env: Path) -> None:
     finally:
         backend.close()
     assert backend.server is not None and backend.server._proc is None  # stopped
+
+
+def test_a_timed_out_local_call_stops_the_server_generating(isolated_env: Path) -> None:
+    """The embedded backend streams, so giving up on a call frees the single-slot server at once
+    (measured: the next request waited 0.3 s instead of 13 s behind a plain request)."""
+    settings = Settings(llm=LLMSettings(provider="local", local_model="smollm2-135m", max_tokens=600, threads=1))
+    backend = make_llm(settings)
+    try:
+        assert backend.stream and backend.max_concurrency == 1
+        gen = HypothesisGenerator(backend.model, backend.name, "grammar", cache=MemoryCache(), llm=settings.llm,
+                                  hyde=HydeSettings(min_hangul_chars=0), extra_settings=backend.extra_settings,
+                                  max_concurrency=1, stream=backend.stream)
+        result = asyncio.run(gen.generate("Как сказать, что я хочу поехать в Пусан?", n=1, timeout_s=0.5))
+        assert result.failure_reason == "timeout"
+        assert backend.server is not None and backend.server.log_path is not None
+        deadline = time.monotonic() + 60
+        while "Disconnected from client" not in backend.server.log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "Disconnected from client" in backend.server.log_path.read_text()  # generation was abandoned
+    finally:
+        backend.close()
 
 
 def test_provider_resolution(monkeypatch: pytest.MonkeyPatch) -> None:

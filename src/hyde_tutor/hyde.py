@@ -163,7 +163,7 @@ class HydeRetriever:
             backend = backend_holder[0]
             return HypothesisGenerator(
                 backend.model, backend.name, domain, cache=cache, hyde=settings.hyde, llm=settings.llm,
-                extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency,
+                extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency, stream=backend.stream,
             )
 
         reranker = CrossEncoderReranker(settings.hyde.reranker_model) if settings.hyde.rerank and settings.hyde.reranker_model else None

@@ -23,7 +23,7 @@ from typing import Any, Literal, Protocol
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 
 from .config import HydeSettings, LLMSettings
-from .llm import agent_model_settings
+from .llm import agent_model_settings, run_text
 from .prompts import Perspective, Prompt, load_prompt, parse_perspectives
 
 Domain = Literal["grammar", "docs"]
@@ -221,6 +221,7 @@ class HypothesisGenerator:
         llm: LLMSettings | None = None,
         extra_settings: dict[str, Any] | None = None,
         max_concurrency: int | None = None,
+        stream: bool = False,
     ) -> None:
         from pydantic_ai import Agent
         from pydantic_ai.settings import ModelSettings
@@ -237,6 +238,7 @@ class HypothesisGenerator:
         # A single-slot backend (the embedded llama.cpp server) serves one request at a time: queue here,
         # so the timeout measures the model's work and not the wait in the server's queue.
         self.max_concurrency = max_concurrency
+        self.stream = stream  # see llm.run_text: lets a timeout stop the embedded server's generation
         self._gates: dict[int, asyncio.Semaphore] = {}
         self.agent = Agent(model, instructions=self.prompt.text, output_type=str, retries=0,
                            model_settings=ModelSettings(**settings))  # type: ignore[typeddict-item]
@@ -300,18 +302,14 @@ class HypothesisGenerator:
             return _Outcome(perspective.name, cached, cached=True)
         try:
             async with self._gate():
-                run = await asyncio.wait_for(self.agent.run(self.user_prompt(query, perspective)), timeout)
+                run = await asyncio.wait_for(run_text(self.agent, self.user_prompt(query, perspective), stream=self.stream),
+                                             timeout)
         except (asyncio.TimeoutError, TimeoutError):
             return _Outcome(perspective.name, timed_out=True)
         except UnexpectedModelBehavior:  # e.g. an empty completion: no usable text came back
             return _Outcome(perspective.name, text="")
         except Exception as exc:  # noqa: BLE001 - any backend failure becomes a recorded reason
             return _Outcome(perspective.name, error=f"{type(exc).__name__}: {exc}"[:300])
-        usage = run.usage
-        text = str(run.output or "")
-        if text.strip():
-            self.cache.set(key, text)
-        return _Outcome(
-            perspective.name, text,
-            usage=TokenUsage(usage.requests, usage.input_tokens or 0, usage.output_tokens or 0),
-        )
+        if run.text.strip():
+            self.cache.set(key, run.text)
+        return _Outcome(perspective.name, run.text, usage=TokenUsage(run.requests, run.input_tokens, run.output_tokens))

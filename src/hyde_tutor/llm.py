@@ -202,6 +202,7 @@ class LLMBackend:
     server: LocalLlamaServer | None = None
     extra_settings: dict[str, Any] = field(default_factory=dict)
     max_concurrency: int | None = None  # the embedded server answers one request at a time
+    stream: bool = False  # read answers as a stream, so a timed-out call stops the server's generation
 
     def close(self) -> None:
         if self.server is not None:
@@ -286,7 +287,36 @@ def make_llm(settings: Settings) -> LLMBackend:
         return LLMBackend(model, f"{llm.base_url}:{llm.model}", provider, extra_settings=_compat_settings(llm))
     server = local_server(settings)
     model = _openai_chat_model(server.model_name, server.base_url, "local", llama_cpp=True)
-    return LLMBackend(model, f"local:{server.model_name}", "local", server, _compat_settings(llm), max_concurrency=1)
+    return LLMBackend(model, f"local:{server.model_name}", "local", server, _compat_settings(llm), max_concurrency=1,
+                      stream=True)
+
+
+@dataclass(frozen=True, slots=True)
+class TextRun:
+    """The text an agent returned and what it cost."""
+
+    text: str
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+async def run_text(agent: Any, prompt: str, *, stream: bool = False) -> TextRun:
+    """Run a text-output agent once.
+
+    With ``stream=True`` the answer is read as a stream. Cancelling the call (a timeout) then
+    closes the connection, and ``llama_cpp.server`` stops generating at the next token. A plain
+    request keeps running on the server after the client gave up, and the single-slot embedded
+    model makes every later request wait behind it.
+    """
+    if stream:
+        async with agent.run_stream(prompt) as streamed:
+            output = await streamed.get_output()
+            usage = streamed.usage
+    else:
+        run = await agent.run(prompt)
+        output, usage = run.output, run.usage
+    return TextRun(str(output or ""), usage.requests, usage.input_tokens or 0, usage.output_tokens or 0)
 
 
 def agent_model_settings(llm: LLMSettings, max_tokens: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:

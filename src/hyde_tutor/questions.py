@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from .config import LLMSettings, QuestionSettings, Settings
 from .documents import Document
-from .llm import agent_model_settings, make_llm
+from .llm import agent_model_settings, make_llm, run_text
 from .prompts import Prompt, load_prompt
 
 MAX_QUESTIONS = 10
@@ -139,11 +139,13 @@ class QuestionGenerator:
         request: Prompt | None = None,
         extra_settings: dict[str, Any] | None = None,
         max_concurrency: int | None = None,
+        stream: bool = False,
     ) -> None:
         from pydantic_ai import Agent
         from pydantic_ai.settings import ModelSettings
 
         self.model_name = model_name
+        self.stream = stream  # see llm.run_text
         self.settings = settings or QuestionSettings()
         self.prompt = prompt or load_prompt("questions")
         self.request = request or load_prompt("questions_request")
@@ -192,12 +194,13 @@ class QuestionGenerator:
                 return DocumentQuestions(doc.id, cached, cached=True)
         try:
             async with gate:
-                run = await asyncio.wait_for(self.agent.run(self.user_prompt(doc, k)), self.settings.timeout_s)
+                run = await asyncio.wait_for(run_text(self.agent, self.user_prompt(doc, k), stream=self.stream),
+                                             self.settings.timeout_s)
         except (asyncio.TimeoutError, TimeoutError):
             return DocumentQuestions(doc.id, failure="timeout")
         except Exception as exc:  # noqa: BLE001 - any backend failure is recorded; the ingest goes on
             return DocumentQuestions(doc.id, failure=f"llm_error: {type(exc).__name__}: {exc}"[:300])
-        questions = parse_questions(str(run.output or ""), k)
+        questions = parse_questions(run.text, k)
         if not questions:
             return DocumentQuestions(doc.id, failure="empty")
         if self.cache is not None:
@@ -212,5 +215,6 @@ def question_generator_from_settings(settings: Settings) -> tuple[QuestionGenera
     generator = QuestionGenerator(
         backend.model, backend.name, cache=QuestionCache.in_data_dir(settings.data_dir), settings=settings.questions,
         llm=settings.llm, extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency,
+        stream=backend.stream,
     )
     return generator, backend.close
