@@ -309,14 +309,19 @@ async def run_text(agent: Any, prompt: str, *, stream: bool = False) -> TextRun:
     request keeps running on the server after the client gave up, and the single-slot embedded
     model makes every later request wait behind it.
     """
-    if stream:
-        async with agent.run_stream(prompt) as streamed:
-            output = await streamed.get_output()
-            usage = streamed.usage
-    else:
+    if not stream:
         run = await agent.run(prompt)
-        output, usage = run.output, run.usage
-    return TextRun(str(output or ""), usage.requests, usage.input_tokens or 0, usage.output_tokens or 0)
+        usage = run.usage
+        return TextRun(str(run.output or ""), usage.requests, usage.input_tokens or 0, usage.output_tokens or 0)
+    pieces = 0
+    async with agent.run_stream(prompt) as streamed:
+        async for _ in streamed.stream_text(delta=True, debounce_by=None):
+            pieces += 1
+        output = await streamed.get_output()
+        usage = streamed.usage
+    # llama_cpp.server sends no usage on a stream; it sends one token per chunk, so count the chunks.
+    # The prompt's token count is not reported there (input_tokens stays 0).
+    return TextRun(str(output or ""), usage.requests, usage.input_tokens or 0, usage.output_tokens or pieces)
 
 
 def agent_model_settings(llm: LLMSettings, max_tokens: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
