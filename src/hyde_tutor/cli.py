@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from contextlib import contextmanager
@@ -324,8 +325,6 @@ def evaluate(
         hr.close()
     fallbacks = {a: _count_reasons(per_query) for a, per_query in reasons.items()}
     if plot is not None:
-        from collections import Counter
-
         from .plots import plot_eval
 
         try:
@@ -376,11 +375,7 @@ def _hyde_arm(hr: HydeRetriever, collection: str, k: int, arm: PipelineArm, n: i
 
 
 def _count_reasons(per_query: dict[str, list[str]]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for found in per_query.values():
-        for reason in found:
-            counts[reason] = counts.get(reason, 0) + 1
-    return counts
+    return dict(Counter(reason for found in per_query.values() for reason in found))
 
 
 @app.command()
