@@ -30,7 +30,15 @@ from .fusion import (
     weighted_score_fusion,
 )
 from .monitor import logfire
-from .hypotheses import Domain, GenerationResult, Hypothesis, HypothesisGenerator, TokenUsage, make_cache
+from .hypotheses import (
+    DEFAULT_HYPOTHESES,
+    Domain,
+    GenerationResult,
+    Hypothesis,
+    HypothesisGenerator,
+    TokenUsage,
+    make_cache,
+)
 from .rerank import CrossEncoderReranker, Reranker, adaptive_threshold
 from .retriever import EncodedQueries, Retriever
 from .sparse import SparseVec
@@ -96,7 +104,7 @@ class HydePolicy:
     overtake a confident raw hit (README, "HyDE with the embedded local models").
     """
 
-    n_hypotheses: int = 3
+    n_hypotheses: int = DEFAULT_HYPOTHESES
     fusion: FusionMode = "rrf"
     hypothesis_weight: float = 1.0
     min_agreement: int = 0
@@ -380,9 +388,9 @@ class HydeRetriever:
         if fusion == "rrf":
             weights = [self._weight(n) for n in channels]
             ranked = reciprocal_rank_fusion([[h.doc_id for h in hits] for hits in channels.values()], self.settings.rrf_k, weights)
-        elif fusion == "score":
-            n_hyp = sum(1 for name in channels if name not in (RAW, QUESTIONS))
-            weights = [self._weight(n) / (1 if n in (RAW, QUESTIONS) else n_hyp) for n in channels]
+        elif fusion == "score":  # the hypothesis weight is shared by the hypothesis channels
+            n_hyp = sum(1 for name in channels if _is_hypothesis(name))
+            weights = [self._weight(n) / (n_hyp if _is_hypothesis(n) else 1) for n in channels]
             ranked = weighted_score_fusion([[(h.doc_id, h.score) for h in hits] for hits in channels.values()], weights)
         else:  # max (and mean, whose single hyde channel is deduplicated against raw the same way)
             ranked = max_score_fusion([[(h.doc_id, h.score) for h in hits] for hits in channels.values()])
@@ -398,7 +406,7 @@ class HydeRetriever:
             return self.settings.raw_weight
         if channel == QUESTIONS:
             return self.questions.weight
-        return self.policy.hypothesis_weight
+        return self.policy.hypothesis_weight  # every other channel is a hypothesis (see _is_hypothesis)
 
     def _fallback(
         self, text: str, collection: str, base: dict[str, list[Hit]], reason: FallbackReason, fusion: str
@@ -430,6 +438,11 @@ class HydeRetriever:
         scores = self.reranker.scores(query, [payload_text(d.payload) for d in docs])  # ORIGINAL query
         order = sorted(range(len(docs)), key=lambda i: -scores[i])
         return [RetrievedDoc(docs[i].id, scores[i], docs[i].payload, docs[i].channels) for i in order]
+
+
+def _is_hypothesis(channel: str) -> bool:
+    """Channels other than the query-only ones (raw, questions) come from hypotheses."""
+    return channel not in (RAW, QUESTIONS)
 
 
 def _merge_sparse(vectors: Sequence[SparseVec]) -> SparseVec:
