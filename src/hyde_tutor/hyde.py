@@ -46,7 +46,11 @@ from .store import Hit, questions_collection
 from .validation import validate_query, validate_top_k
 
 FusionMode = Literal["rrf", "max", "mean", "score"]
-FallbackReason = Literal["llm_error", "timeout", "empty_hypotheses", "off_topic", "no_results", "disabled"]
+HydeLegs = Literal["both", "dense", "sparse"]
+"""Which legs of the hybrid search a hypothesis replaces the query in (peer libraries: dense only)."""
+FallbackReason = Literal[
+    "llm_error", "timeout", "not_recorded", "empty_hypotheses", "off_topic", "no_results", "disabled"
+]
 RAW = "raw"
 QUESTIONS = "questions"
 DEFAULT_DOMAINS: dict[str, Domain] = {"grammar": "grammar", "docs": "docs"}
@@ -97,11 +101,16 @@ GeneratorFactory = Callable[[Domain], HypothesisGenerator]
 class HydePolicy:
     """How far hypotheses may move the raw query's ranking.
 
-    A capable model's hypotheses are trusted as full channels (RRF, weight 1). The embedded 1.5B
-    model's are mostly off-topic, so for it: write one hypothesis (each costs 10-19 s of CPU, and three
-    scored below raw), drop it if it shares fewer than 3 of its top 10 with the raw query's top 10, and
-    fuse by score with the hypothesis at half the query's weight, so it reorders near-ties but cannot
-    overtake a confident raw hit (README, "HyDE with the embedded local models").
+    A capable model (API, compatible server, or its replayed recordings) writes 4 hypotheses (rule,
+    example, mistake, contrast), fused with the raw query by score: each channel's hybrid scores are
+    summed, the raw query at weight 1 and the hypotheses sharing weight 6. Chosen on recorded
+    capable-model hypotheses (README, "HyDE with a capable model"): it keeps ``max``'s gain on hard
+    questions and ``rrf``'s on the easy sets, and the weight sits on a plateau (5.5 to 10 score the same).
+
+    The embedded 1.5B model's hypotheses are mostly off-topic, so for it: write one hypothesis (each
+    costs 10-19 s of CPU, and three scored below raw), drop it if it shares fewer than 3 of its top 10
+    with the raw query's top 10, and fuse by score with the hypothesis at half the query's weight, so
+    it reorders near-ties but cannot overtake a confident raw hit (README, "HyDE with the embedded model").
     """
 
     n_hypotheses: int = DEFAULT_HYPOTHESES
@@ -109,6 +118,9 @@ class HydePolicy:
     hypothesis_weight: float = 1.0
     min_agreement: int = 0
     protect_top: int = 0
+    raw_weight: float = 1.0
+    rrf_k: int = 60
+    legs: HydeLegs = "both"
 
     @classmethod
     def resolve(cls, settings: HydeSettings, weak_model: bool = False) -> HydePolicy:
@@ -120,10 +132,13 @@ class HydePolicy:
             hypothesis_weight=base.hypothesis_weight if settings.hypothesis_weight is None else settings.hypothesis_weight,
             min_agreement=base.min_agreement if settings.min_agreement is None else settings.min_agreement,
             protect_top=settings.protect_top,
+            raw_weight=base.raw_weight if settings.raw_weight is None else settings.raw_weight,
+            rrf_k=settings.rrf_k or base.rrf_k,
+            legs=settings.legs or base.legs,
         )
 
 
-STRONG_MODEL_POLICY = HydePolicy()
+STRONG_MODEL_POLICY = HydePolicy(n_hypotheses=4, fusion="score", hypothesis_weight=6.0)
 WEAK_MODEL_POLICY = HydePolicy(n_hypotheses=1, fusion="score", hypothesis_weight=0.5, min_agreement=3)
 AGREEMENT_DEPTH = 10
 SCORE_FUSION_DEPTH = 30  # score fusion reads each channel this deep, so a missing document means "far down"
@@ -148,7 +163,7 @@ class HydeRetriever:
         self.questions = questions or QuestionSettings()
         self.policy = HydePolicy.resolve(self.settings, weak_model)
         self.reranker = reranker
-        self.domains = dict(DEFAULT_DOMAINS if domains is None else domains)
+        self.domains: dict[str, Domain] = dict(self.settings.domains if domains is None else domains)
         self._factory = generator_factory
         self._generators: dict[Domain, HypothesisGenerator] = {}
         self.closers: list[Callable[[], None]] = []
@@ -188,7 +203,7 @@ class HydeRetriever:
         self.retriever.close()
 
     def generator(self, collection: str) -> HypothesisGenerator:
-        domain = self.domains.get(collection, "docs")
+        domain = self.domains.get(collection, self.settings.default_domain)
         if domain not in self._generators:
             self._generators[domain] = self._factory(domain)
         return self._generators[domain]
@@ -375,6 +390,7 @@ class HydeRetriever:
             dense = mean_vector(np.vstack([raw.dense, hyp.dense]))
             merged = EncodedQueries(dense[None, :], [_merge_sparse([*raw.sparse, *hyp.sparse])])
             return {"hyde:mean": r.store.search_batch(collection, [r.request(merged, 0, depth)])[0]}
+        hyp = _with_legs(hyp, raw, self.policy.legs)
         requests = [r.request(hyp, i, depth) for i in range(len(hypotheses))]
         found = r.store.search_batch(collection, requests)  # one batched call for all hypotheses
         return {f"hyde:{h.perspective}": hits for h, hits in zip(hypotheses, found, strict=True)}
@@ -387,7 +403,7 @@ class HydeRetriever:
         found_by = channels_by_doc({name: [h.doc_id for h in hits] for name, hits in channels.items()})
         if fusion == "rrf":
             weights = [self._weight(n) for n in channels]
-            ranked = reciprocal_rank_fusion([[h.doc_id for h in hits] for hits in channels.values()], self.settings.rrf_k, weights)
+            ranked = reciprocal_rank_fusion([[h.doc_id for h in hits] for hits in channels.values()], self.policy.rrf_k, weights)
         elif fusion == "score":  # the hypothesis weight is shared by the hypothesis channels
             n_hyp = sum(1 for name in channels if _is_hypothesis(name))
             weights = [self._weight(n) / (n_hyp if _is_hypothesis(n) else 1) for n in channels]
@@ -403,7 +419,7 @@ class HydeRetriever:
 
     def _weight(self, channel: str) -> float:
         if channel == RAW:
-            return self.settings.raw_weight
+            return self.policy.raw_weight
         if channel == QUESTIONS:
             return self.questions.weight
         return self.policy.hypothesis_weight  # every other channel is a hypothesis (see _is_hypothesis)
@@ -443,6 +459,16 @@ class HydeRetriever:
 def _is_hypothesis(channel: str) -> bool:
     """Channels other than the query-only ones (raw, questions) come from hypotheses."""
     return channel not in (RAW, QUESTIONS)
+
+
+def _with_legs(hyp: EncodedQueries, raw: EncodedQueries, legs: HydeLegs) -> EncodedQueries:
+    """Hypothesis encodings with the query's own vector on the leg(s) HyDE does not replace."""
+    n = len(hyp.sparse)
+    if legs == "dense":
+        return EncodedQueries(hyp.dense, [raw.sparse[0]] * n)
+    if legs == "sparse":
+        return EncodedQueries(np.repeat(raw.dense[:1], n, axis=0), hyp.sparse)
+    return hyp
 
 
 def _merge_sparse(vectors: Sequence[SparseVec]) -> SparseVec:

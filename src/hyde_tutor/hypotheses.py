@@ -23,13 +23,43 @@ from typing import Any, Literal, Protocol
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 
 from .config import HydeSettings, LLMSettings
+from .errors import HydeTutorError
 from .llm import agent_model_settings, run_text
 from .prompts import Perspective, Prompt, load_prompt, parse_perspectives
+from .recordings import NotRecordedError, render_hypothesis_request
 
-Domain = Literal["grammar", "docs"]
-PROMPT_NAMES: dict[str, str] = {"grammar": "hypothesis_grammar", "docs": "hypothesis_docs"}
+Domain = Literal["grammar", "docs", "passage"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DomainProfile:
+    """What a collection's domain decides about its hypotheses: which prompt files write them and
+    which guard checks their shape. ``grammar`` and ``docs`` are the Korean tutor's corpora (a passage
+    there always carries Korean examples); ``passage`` is the HyDE paper's generic "write a passage
+    that answers the question", for any other collection, with no language guard."""
+
+    name: Domain
+    prompt: str
+    """System prompt file name (``prompts/<prompt>.v<N>.md``)."""
+    request: str
+    """User message template with ``{query}`` and ``{perspective}``."""
+    perspectives: str
+    """Perspectives file: one ``## name`` section each; N hypotheses use the first N."""
+    min_hangul_chars: int
+    """Drop a hypothesis with fewer Hangul characters (``HYDE_HYDE__MIN_HANGUL_CHARS`` overrides)."""
+
+
+DOMAINS: dict[str, DomainProfile] = {
+    "grammar": DomainProfile(name="grammar", prompt="hypothesis_grammar", request="hypothesis_request",
+                             perspectives="perspectives", min_hangul_chars=4),
+    "docs": DomainProfile(name="docs", prompt="hypothesis_docs", request="hypothesis_request",
+                          perspectives="perspectives", min_hangul_chars=4),
+    "passage": DomainProfile(name="passage", prompt="hypothesis_passage", request="hypothesis_passage_request",
+                             perspectives="perspectives_passage", min_hangul_chars=0),
+}
+PROMPT_NAMES: dict[str, str] = {name: d.prompt for name, d in DOMAINS.items()}
 MAX_HYPOTHESES = 8
-DEFAULT_HYPOTHESES = 3
+DEFAULT_HYPOTHESES = 4  # chosen on recorded capable-model hypotheses (see HydePolicy)
 _HANGUL = re.compile("[가-힣]")
 
 
@@ -173,6 +203,7 @@ class GenerationResult:
     hypotheses: list[Hypothesis] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     timeouts: int = 0
+    not_recorded: int = 0
     empty: int = 0
     duplicates: int = 0
     rejected: int = 0
@@ -189,6 +220,8 @@ class GenerationResult:
             return "timeout"
         if self.errors:
             return "llm_error"
+        if self.not_recorded:
+            return "not_recorded"
         return "empty_hypotheses"
 
 
@@ -199,6 +232,7 @@ class _Outcome:
     cached: bool = False
     error: str | None = None
     timed_out: bool = False
+    not_recorded: bool = False
     usage: TokenUsage = field(default_factory=TokenUsage)
 
 
@@ -226,13 +260,19 @@ class HypothesisGenerator:
         from pydantic_ai import Agent
         from pydantic_ai.settings import ModelSettings
 
+        if domain not in DOMAINS:
+            raise HydeTutorError(f"Unknown HyDE domain {domain!r}; choose one of {', '.join(DOMAINS)}.")
         self.domain = domain
+        self.profile = DOMAINS[domain]
         self.model_name = model_name
-        self.prompt = prompt or load_prompt(PROMPT_NAMES[domain])
-        self.request = request or load_prompt("hypothesis_request")
-        self.perspectives = perspectives or parse_perspectives(load_prompt("perspectives").text)
+        self.prompt = prompt or load_prompt(self.profile.prompt)
+        self.request = request or load_prompt(self.profile.request)
+        self.perspectives_prompt = load_prompt(self.profile.perspectives)
+        self.perspectives = perspectives or parse_perspectives(self.perspectives_prompt.text)
         self.cache = cache or MemoryCache()
         self.hyde = hyde or HydeSettings()
+        self.min_hangul_chars = (self.profile.min_hangul_chars if self.hyde.min_hangul_chars is None
+                                 else self.hyde.min_hangul_chars)
         llm = llm or LLMSettings()
         settings = agent_model_settings(llm, llm.max_tokens, extra_settings)
         # A single-slot backend (the embedded llama.cpp server) serves one request at a time: queue here,
@@ -248,9 +288,14 @@ class HypothesisGenerator:
         """Both prompt files and their versions: part of every cache key."""
         return f"{self.prompt.ref}+{self.request.ref}"
 
+    @property
+    def prompt_refs(self) -> tuple[str, str, str]:
+        """System prompt, request template and perspectives file (``name@vN``), as recordings name them."""
+        return (self.prompt.ref, self.request.ref, self.perspectives_prompt.ref)
+
     def user_prompt(self, query: str, perspective: Perspective) -> str:
         """The request template (``prompts/hypothesis_request.v<N>.md``) filled with query and perspective."""
-        return self.request.text.replace("{query}", query).replace("{perspective}", perspective.instruction)
+        return render_hypothesis_request(self.request, query, perspective.instruction)
 
     async def generate(self, query: str, n: int | None = None, timeout_s: float | None = None) -> GenerationResult:
         """Generate up to ``n`` hypotheses concurrently; never raises for model failures."""
@@ -264,6 +309,8 @@ class HypothesisGenerator:
             result.usage.add(out.usage)
             if out.timed_out:
                 result.timeouts += 1
+            elif out.not_recorded:
+                result.not_recorded += 1
             elif out.error is not None:
                 result.errors.append(f"{out.perspective}: {out.error}")
             else:
@@ -279,7 +326,7 @@ class HypothesisGenerator:
         fingerprint = " ".join(text.lower().split())
         if not fingerprint:
             result.empty += 1
-        elif len(_HANGUL.findall(text)) < self.hyde.min_hangul_chars:
+        elif len(_HANGUL.findall(text)) < self.min_hangul_chars:
             result.rejected += 1  # wrong shape: a corpus passage always carries Korean examples
         elif fingerprint in seen:
             result.duplicates += 1
@@ -308,6 +355,8 @@ class HypothesisGenerator:
             return _Outcome(perspective.name, timed_out=True)
         except UnexpectedModelBehavior:  # e.g. an empty completion: no usable text came back
             return _Outcome(perspective.name, text="")
+        except NotRecordedError:  # the replay provider: counted apart from real LLM failures
+            return _Outcome(perspective.name, not_recorded=True)
         except Exception as exc:  # noqa: BLE001 - any backend failure becomes a recorded reason
             return _Outcome(perspective.name, error=f"{type(exc).__name__}: {exc}"[:300])
         if run.text.strip():

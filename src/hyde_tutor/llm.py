@@ -285,10 +285,40 @@ def make_llm(settings: Settings) -> LLMBackend:
             raise LLMUnavailableError("provider=openai-compatible needs HYDE_LLM__BASE_URL.")
         model = _openai_chat_model(llm.model, llm.base_url, key or "none")
         return LLMBackend(model, f"{llm.base_url}:{llm.model}", provider, extra_settings=_compat_settings(llm))
+    if provider == "replay":
+        return replay_backend(llm.recordings)
     server = local_server(settings)
     model = _openai_chat_model(server.model_name, server.base_url, "local", llama_cpp=True)
     return LLMBackend(model, f"local:{server.model_name}", "local", server, _compat_settings(llm), max_concurrency=1,
                       stream=True)
+
+
+def replay_backend(recordings: str | None = None) -> LLMBackend:
+    """The ``replay`` provider: recorded generations (``hyde-tutor record``) served by a pydantic-ai
+    ``FunctionModel``. Only chosen explicitly (``HYDE_LLM__PROVIDER=replay``): it is an evaluation tool."""
+    from .recordings import RecordingBook, ReplayModel, resolve_recordings_paths
+
+    book = RecordingBook.load(resolve_recordings_paths(recordings))
+    if not len(book):
+        raise LLMUnavailableError(
+            f"The recordings in {recordings or 'data/recordings/'} hold no usable generation"
+            + (f" ({book.stale} made with prompt files that changed since)" if book.stale else "")
+            + ". Record again with `hyde-tutor record`."
+        )
+    return LLMBackend(ReplayModel(book), f"replay:{book.label}", "replay")
+
+
+def describe_backend(settings: Settings) -> str:
+    """One line naming the LLM backend the settings select, without starting it."""
+    llm = settings.llm
+    provider = resolve_provider(llm)
+    if provider == "openai":
+        return f"openai ({llm.model}, api.openai.com)"
+    if provider == "openai-compatible":
+        return f"openai-compatible ({llm.model} at {llm.base_url})"
+    if provider == "replay":
+        return f"replay (recorded generations from {llm.recordings or 'data/recordings/'}; not a live model)"
+    return f"local ({llm.local_model}, embedded llama.cpp, offline)"
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from .config import LLMSettings, QuestionSettings, Settings
 from .documents import Document
 from .llm import agent_model_settings, make_llm, run_text
 from .prompts import Prompt, load_prompt
+from .recordings import NotRecordedError, render_questions_request
 
 MAX_QUESTIONS = 10
 CACHE_FORMAT = 1  # bump when the cache line layout changes: old files are then ignored, not misread
@@ -159,11 +160,15 @@ class QuestionGenerator:
     def prompt_ref(self) -> str:
         return f"{self.prompt.ref}+{self.request.ref}"
 
-    def user_prompt(self, document: Document, k: int) -> str:
+    def shown_text(self, document: Document) -> str:
+        """The part of the document the model sees (a small local model reads slowly: keep the head)."""
         text = document.text
-        if len(text) > self.settings.max_document_chars:  # a small local model reads slowly: keep the head
+        if len(text) > self.settings.max_document_chars:
             text = text[: self.settings.max_document_chars].rsplit(" ", 1)[0] + " …"
-        return self.request.text.replace("{document}", text).replace("{k}", str(k))
+        return text
+
+    def user_prompt(self, document: Document, k: int) -> str:
+        return render_questions_request(self.request, self.shown_text(document), k)
 
     def key(self, document: Document, k: int) -> str:
         return question_cache_key(self.model_name, self.prompt_ref, document.content_hash, k)
@@ -198,6 +203,8 @@ class QuestionGenerator:
                                              self.settings.timeout_s)
         except (asyncio.TimeoutError, TimeoutError):
             return DocumentQuestions(doc.id, failure="timeout")
+        except NotRecordedError:
+            return DocumentQuestions(doc.id, failure="not_recorded")
         except Exception as exc:  # noqa: BLE001 - any backend failure is recorded; the ingest goes on
             return DocumentQuestions(doc.id, failure=f"llm_error: {type(exc).__name__}: {exc}"[:300])
         questions = parse_questions(run.text, k)

@@ -1,0 +1,52 @@
+"""Turn a stand-in writer's answers into recordings (see data/recordings/README.md).
+
+The writer (a capable LLM given only the prompt files and the questions) saves one line per answer:
+{"id", "query", "perspective", "text"}. This script adds what an API call's record carries: kind,
+domain, the honest model label, the prompt refs and the hash of the rendered request, and the time.
+
+    python scripts/standin_to_recordings.py --domain grammar --out data/recordings/grammar_eval.jsonl A.jsonl B.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from hyde_tutor.hypotheses import DOMAINS
+from hyde_tutor.prompts import load_prompt, parse_perspectives
+from hyde_tutor.recordings import Recording, RecordingWriter, render_hypothesis_request, request_sha256, utc_now
+
+MODEL_LABEL = "frontier-llm-stand-in"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--domain", required=True, choices=sorted(DOMAINS))
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("answers", nargs="+", type=Path)
+    args = ap.parse_args()
+    profile = DOMAINS[args.domain]
+    system, request, persp = (load_prompt(profile.prompt), load_prompt(profile.request), load_prompt(profile.perspectives))
+    instructions = {p.name: p.instruction for p in parse_perspectives(persp.text)}
+    refs = (system.ref, request.ref, persp.ref)
+    writer = RecordingWriter(args.out)
+    added = 0
+    for path in args.answers:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            query = row["query"].strip()
+            user = render_hypothesis_request(request, query, instructions[row["perspective"]])
+            rec = Recording(kind="hypothesis", domain=args.domain, query=query, perspective=row["perspective"],
+                            text=row["text"], model=MODEL_LABEL, prompt_refs=refs,
+                            prompt_sha256=request_sha256(system.text, user), created=utc_now())
+            if not writer.has(rec.key):
+                writer.append(rec)
+                added += 1
+    print(f"{args.out}: {added} records added")
+
+
+if __name__ == "__main__":
+    main()
