@@ -281,3 +281,70 @@ def test_unknown_domain_is_a_clear_error() -> None:
         HypothesisGenerator(_english_model(), "m", "finance")  # type: ignore[arg-type]
     with pytest.raises(Exception, match="domains"):
         Settings(hyde={"domains": {"x": "finance"}})
+
+
+# -- the CLI ----------------------------------------------------------------------------------------
+
+def test_cli_record_is_resumable_and_its_output_replays(isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from hyde_tutor.cli import app
+
+    from .chat_stub import HYPOTHESIS, chat_stub
+
+    queries = isolated_env / "q.jsonl"
+    queries.write_text('{"_id": "a", "text": "Как сказать, что я хочу?"}\n{"_id": "b", "text": "  Как сказать «но»?  "}\n',
+                       encoding="utf-8")
+    out = isolated_env / "rec" / "mine.jsonl"
+    runner = CliRunner()
+    with chat_stub() as (url, log):
+        monkeypatch.setenv("HYDE_LLM__BASE_URL", url)
+        args = ["record", "--collection", "grammar", "--queries", str(queries), "--hypotheses", "3", "--out", str(out)]
+        first = runner.invoke(app, args, catch_exceptions=False)
+        assert first.exit_code == 0, first.output
+        assert "6 recorded, 0 already there, 0 failed" in first.output and len(log) == 6
+        again = runner.invoke(app, [*args[:-4], "--hypotheses", "4", "--out", str(out)], catch_exceptions=False)
+        assert "2 recorded, 6 already there" in again.output and len(log) == 8  # only the 4th perspective is new
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert {r["query"] for r in rows} == {"Как сказать, что я хочу?", "Как сказать «но»?"}  # stripped, as searched
+    assert all(r["text"] == HYPOTHESIS and r["model"].endswith(":gpt-4.1") for r in rows)
+
+    monkeypatch.delenv("HYDE_LLM__BASE_URL")
+    monkeypatch.setenv("HYDE_LLM__PROVIDER", "replay")
+    monkeypatch.setenv("HYDE_LLM__RECORDINGS", str(out))
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 2 and "replay provider would copy recordings" in refused.output
+    book = RecordingBook.load([out])
+    assert len(book) == 8
+
+
+def test_cli_record_needs_queries_or_questions(isolated_env: Path) -> None:
+    from typer.testing import CliRunner
+
+    from hyde_tutor.cli import app
+
+    result = CliRunner().invoke(app, ["record", "--collection", "grammar"])
+    assert result.exit_code == 2 and "Give --queries FILE" in result.output
+    result = CliRunner().invoke(app, ["record", "--questions", "3"])
+    assert result.exit_code == 2 and "--questions K needs --file CORPUS" in result.output
+
+
+def test_write_time_questions_record_and_replay(tmp_path: Path) -> None:
+    from hyde_tutor.documents import Document
+    from hyde_tutor.questions import QuestionGenerator
+    from hyde_tutor.recordings import record_questions
+
+    async def fn(messages, info):
+        return ModelResponse(parts=[TextPart("Как сказать, что я хочу поехать?\nЧем -고 싶다 отличается от -고 싶어하다?")])
+
+    docs = [Document(id="g1", text="-고 싶다 — хотеть. Пример: 가고 싶어요.", payload={}),
+            Document(id="g2", text="-지만 — но. Пример: 비싸지만 좋아요.", payload={})]
+    path = tmp_path / "q.jsonl"
+    live = QuestionGenerator(FunctionModel(fn), "live")
+    report = asyncio.run(record_questions(live, docs, RecordingWriter(path), k=2, model="w", timeout_s=5, progress=False))
+    assert report.recorded == 2
+    replay = QuestionGenerator(ReplayModel(RecordingBook.load([path])), "replay")
+    run = asyncio.run(replay.generate(docs, 2))
+    assert run.results["g1"].questions == ["Как сказать, что я хочу поехать?", "Чем -고 싶다 отличается от -고 싶어하다?"]
+    other = asyncio.run(replay.generate([Document(id="g3", text="Новый документ без записи.", payload={})], 2))
+    assert other.results["g3"].failure == "not_recorded"
