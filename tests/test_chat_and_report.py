@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from hyde_tutor import Experiment, Monitor, TutorDeps
 from hyde_tutor.abreport import arm_rows, bootstrap_diff, differences
-from hyde_tutor.chat import build_tutor_agent, chat_loop
+from hyde_tutor.chat import answer_turn, build_tutor_agent, chat_loop
 from hyde_tutor.cli import app
 from hyde_tutor.monitor import RetrievalRecord
 
@@ -46,9 +46,11 @@ def test_chat_loop_survives_a_failing_model_and_a_looping_one(hyde_retriever) ->
         raise ConnectionError("server down")
 
     out: list[str] = []
-    lines = iter(["привет", None])
-    assert chat_loop(build_tutor_agent(FunctionModel(broken)), TutorDeps(hyde_retriever), lambda: next(lines), out.append) == 0
-    assert "server down" in out[0]
+    lines = iter(["хочу поехать", None])
+    assert chat_loop(build_tutor_agent(FunctionModel(broken)), TutorDeps(hyde_retriever), lambda: next(lines), out.append) == 1
+    # the model failed before any search: the turn searched on its behalf and shows what it found
+    assert out[-1].startswith("[модель не смогла ответить (ConnectionError: server down)]")
+    assert "Вот что нашлось в справочнике:\n1. " in out[-1] and "-고 싶다" in out[-1] and "None" not in out[-1]
 
     def loops(messages, info):  # always calls the tool again
         return ModelResponse(parts=[ToolCallPart("grammar_search", {"query": "хотеть"})])
@@ -58,6 +60,65 @@ def test_chat_loop_survives_a_failing_model_and_a_looping_one(hyde_retriever) ->
     chat_loop(build_tutor_agent(FunctionModel(loops)), TutorDeps(hyde_retriever, monitor=Monitor()),
               lambda: next(lines), out.append, max_requests=3)
     assert "request_limit" in out[-1] or "limit" in out[-1]
+    assert "\n1. " in out[-1] and "-고 싶다" in out[-1]  # the entries the looping tool calls found are shown, not only the error
+
+
+def test_retrieve_first_gives_the_model_the_entries_and_no_tools(hyde_retriever) -> None:  # noqa: F811
+    seen: list[AgentInfo] = []
+
+    def answer(messages, info: AgentInfo) -> ModelResponse:
+        seen.append(info)
+        return ModelResponse(parts=[TextPart("Скажите: 부산에 가고 싶어요.")])
+
+    monitor = Monitor()
+    deps = TutorDeps(hyde_retriever, Experiment(hyde_share=0.0), monitor, subject_id="u1")
+    turn = answer_turn(build_tutor_agent(FunctionModel(answer), mode="retrieve-first"), deps, "хочу поехать в Пусан")
+    assert turn.model_error is None and turn.text == "Скажите: 부산에 가고 싶어요." and turn.tool_calls == ()
+    (info,) = seen  # one model request: the answer
+    assert info.function_tools == [] and "Найденные статьи" in (info.instructions or "")
+    assert "\n1. " in (info.instructions or "") and "-고 싶다" in (info.instructions or "")
+    assert "репетитор" in (info.instructions or "")  # prompts/tutor_answer.v1.md
+    assert [r.tool for r in turn.records] == ["grammar_search", "docs_search"]
+    assert {r.arm for r in turn.records} == {"raw"} and not any(r.used_hyde for r in turn.records)  # the arm decides
+    assert len(deps.found) >= 3 and any(e.get("pattern") == "-고 싶다" for e in deps.found)
+
+
+def test_retrieve_first_with_a_failing_model_shows_what_it_found(hyde_retriever) -> None:  # noqa: F811
+    def empty(messages, info):
+        return ModelResponse(parts=[TextPart("")])
+
+    turn = answer_turn(build_tutor_agent(FunctionModel(empty), mode="retrieve-first"),
+                       TutorDeps(hyde_retriever, monitor=Monitor()), "хочу поехать")
+    assert turn.model_error is not None and turn.text.startswith("[модель не смогла ответить")
+    assert "\n1. " in turn.text and "-고 싶다" in turn.text and len(turn.records) == 2  # searched once, not again for the fallback
+
+
+def test_chat_mode_follows_the_backend() -> None:
+    from hyde_tutor.chat import default_chat_mode
+    from hyde_tutor.llm import LLMBackend
+
+    assert default_chat_mode(LLMBackend(None, "local:qwen", "local")) == "retrieve-first"
+    for kind in ("openai", "openai-compatible", "replay"):
+        assert default_chat_mode(LLMBackend(None, kind, kind)) == "tools"
+    import pytest
+
+    with pytest.raises(ValueError, match="mode must be one of tools, retrieve-first"):
+        build_tutor_agent(FunctionModel(lambda m, i: None), mode="guess")  # type: ignore[arg-type]
+
+
+def test_cli_chat_reads_stdin_answers_each_line_and_exits_0(isolated_env: Path, monkeypatch, small_corpus) -> None:
+    from .chat_stub import chat_stub
+
+    runner = CliRunner()
+    assert runner.invoke(app, ["ingest", "--collection", "grammar", "--file", str(small_corpus)]).exit_code == 0
+    with chat_stub() as (url, log):
+        monkeypatch.setenv("HYDE_LLM__BASE_URL", url)
+        result = runner.invoke(app, ["chat"], input="Как сказать «хочу поехать»?\n\nА «но»?\n")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert out.count("вы> ") == 2 and out.count("Используйте конструкцию из статьи") == 2
+    assert "mode tools" in out and "LLM: openai-compatible" in out
+    assert out.count(" с)") == 2  # time per turn
 
 
 def _records(n: int, arm: str, ms: float, fallback_every: int = 0) -> list[RetrievalRecord]:

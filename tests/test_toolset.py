@@ -254,19 +254,29 @@ def test_200_concurrent_tool_calls(hyde_retriever, tmp_path: Path) -> None:
 
 # -- README example ----------------------------------------------------------------------------
 
-def test_readme_example_runs_verbatim(isolated_env: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def _readme_block() -> str:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Add HyDE to your agent", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
     assert len(code.strip().splitlines()) <= 15
-    small = isolated_env / "g.jsonl"
-    small.write_text("\n".join((ROOT / "data" / "grammar.jsonl").read_text(encoding="utf-8").splitlines()[:40]) + "\n",
-                     encoding="utf-8")
+    return code
+
+
+def _ingest_small_bundled(root: Path) -> None:
     from typer.testing import CliRunner
 
     from hyde_tutor.cli import app
 
-    assert CliRunner().invoke(app, ["ingest", "--collection", "grammar", "--file", str(small)]).exit_code == 0
+    for name, lines in (("grammar", 40), ("docs", 15)):
+        small = root / f"{name}.jsonl"
+        small.write_text("\n".join((ROOT / "data" / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()[:lines])
+                         + "\n", encoding="utf-8")
+        assert CliRunner().invoke(app, ["ingest", "--collection", name, "--file", str(small)]).exit_code == 0
+
+
+def test_readme_example_runs_verbatim(isolated_env: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    code = _readme_block()
+    _ingest_small_bundled(isolated_env)
     with chat_stub() as (base_url, log):
         monkeypatch.setenv("HYDE_LLM__BASE_URL", base_url)
         monkeypatch.setenv("HYDE_LLM__MODEL", "stub")
@@ -276,6 +286,18 @@ def test_readme_example_runs_verbatim(isolated_env: Path, monkeypatch: pytest.Mo
     assert "ArmAggregate(count=1" in out
     assert any(not body.get("tools") for body in log)  # hypotheses were generated through the same LLM
     assert any(m.get("role") == "tool" for body in log for m in body["messages"])
+
+
+@pytest.mark.slow
+def test_readme_example_runs_with_default_settings_on_the_embedded_model(isolated_env: Path, capsys) -> None:
+    """No LLM settings at all: the embedded Qwen model, search-first, HyDE off by default."""
+    code = _readme_block()
+    _ingest_small_bundled(isolated_env)
+    exec(compile(code, "README.md", "exec"), {})
+    out = capsys.readouterr().out.strip().splitlines()
+    answer, aggregates = "\n".join(out[:-1]), out[-1]
+    assert len(answer) > 20 and re.search("[а-яё]", answer.lower())  # an answer in Russian was printed
+    assert "'unassigned': ArmAggregate(count=2" in aggregates  # both collections searched, no experiment arm
 
 
 def test_spans_nest_under_the_agent_tool_span(hyde_retriever, capfire) -> None:

@@ -23,6 +23,8 @@ from .hypotheses import HypothesisGenerator
 from .llm import LLMBackend, make_llm
 from .monitor import Monitor, RetrievalRecord
 from .toolset import HydeSearchToolset, TutorDeps, hyde_capability, tutor_instructions
+from .retrieve_first import HydeTutor, RetrieveFirst
+from .recordings import NotRecordedError, Recording, RecordingBook, ReplayModel
 from .ingest import IngestReport, QuestionIngestReport, ingest_documents, ingest_file, ingest_questions
 from .questions import QuestionCache, QuestionGenerator, parse_questions, question_generator_from_settings
 from .retriever import Retriever
@@ -46,6 +48,12 @@ __all__ = [
     "HydeResult",
     "HydeRetriever",
     "HydeSearchToolset",
+    "HydeTutor",
+    "RetrieveFirst",
+    "NotRecordedError",
+    "Recording",
+    "RecordingBook",
+    "ReplayModel",
     "HypothesisGenerator",
     "LLMBackend",
     "Monitor",

@@ -106,7 +106,10 @@ class LLMSettings(BaseModel):
 class HydeSettings(BaseModel):
     """The HyDE pipeline."""
 
-    enabled: bool = Field(True, description="Default for use_hyde when neither the call nor an experiment decides.")
+    enabled: bool | None = Field(
+        None, description="Default for use_hyde when neither the call nor an experiment decides; unset = on with a "
+        "capable model (API, compatible server, replay), off with the embedded local model (slow, no gain).",
+    )
     n_hypotheses: int | None = Field(
         None, ge=1, le=8, description="Hypotheses per query, each from another perspective; unset = 1 with the "
         "embedded local model (each costs 10-19 s of CPU and more of them hurt in our eval), 3 with API models.",

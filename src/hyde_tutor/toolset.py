@@ -12,7 +12,7 @@ plain retrieval (recorded by the monitor). A chat turn never crashes because of 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pydantic_ai import ModelRetry, RunContext
@@ -38,11 +38,27 @@ class TutorDeps:
     experiment: Experiment | ReloadableExperiment | None = None
     monitor: Monitor | None = None
     subject_id: str | None = None
+    found: list[dict[str, Any]] = field(default_factory=list)
+    """Every entry the searches returned since :meth:`clear_found` (what the model was shown): a chat
+    turn whose model fails shows these to the learner instead of an error."""
+    _found_by_question: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
 
     def current_experiment(self) -> Experiment | None:
         if isinstance(self.experiment, ReloadableExperiment):
             return self.experiment.current()
         return self.experiment
+
+    def clear_found(self) -> None:
+        """Start a new turn: forget what earlier searches found."""
+        self.found.clear()
+        self._found_by_question.clear()
+
+    def found_for(self, question: str) -> list[dict[str, Any]] | None:
+        """What :class:`~hyde_tutor.retrieve_first.RetrieveFirst` already found for this question in this turn."""
+        return self._found_by_question.get(question)
+
+    def remember_found(self, question: str, entries: list[dict[str, Any]]) -> None:
+        self._found_by_question[question] = entries
 
 
 def compact_result(doc: RetrievedDoc) -> dict[str, Any]:
@@ -65,7 +81,14 @@ async def run_search(
     rerank_top_k: Any = None,
 ) -> dict[str, Any]:
     """Shared body of the search tools: validate, decide HyDE, search, record, compact."""
-    deps = ctx.deps
+    return await search_with_deps(ctx.deps, tool, collection, query, top_k, use_hyde, rerank_top_k)
+
+
+async def search_with_deps(
+    deps: TutorDeps, tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None,
+    rerank_top_k: Any = None,
+) -> dict[str, Any]:
+    """:func:`run_search` outside a tool call (raises ``ModelRetry`` for bad arguments)."""
     settings = deps.retriever.retriever.settings
     try:
         text = validate_query(query, settings.max_query_chars)
@@ -76,7 +99,7 @@ async def run_search(
     except QueryValidationError as exc:
         raise ModelRetry(f"{exc} Call {tool} again with corrected arguments.") from exc
     experiment = deps.current_experiment()
-    decision = decide(use_hyde, experiment, deps.subject_id, deps.retriever.settings.enabled)
+    decision = decide(use_hyde, experiment, deps.subject_id, deps.retriever.policy.enabled)
     record = RetrievalRecord(decision.experiment, decision.arm, decision.use_hyde, decision.reason, tool, collection,
                              subject=deps.subject_id)
     try:
@@ -88,11 +111,19 @@ async def run_search(
         return {"error": f"{tool} is unavailable right now: {exc}", "results": []}
     _fill(record, result)
     _record(deps.monitor, record)
-    return {
-        "results": [compact_result(d) for d in result.results],
-        "used_hyde": result.used_hyde,
-        "fallback_reason": result.fallback_reason,
-    }
+    compact = [compact_result(d) for d in result.results]
+    deps.found.extend(compact)
+    return {"results": compact, "used_hyde": result.used_hyde, "fallback_reason": result.fallback_reason}
+
+
+async def search_for_context(deps: TutorDeps, tool: str, collection: str, query: str, top_k: int) -> list[dict[str, Any]]:
+    """A search run on the model's behalf (retrieval-first): the tools' decision, records and results,
+    with no error raised: a bad query or an unavailable store gives an empty list."""
+    try:
+        result = await search_with_deps(deps, tool, collection, query, top_k, None)
+    except ModelRetry:
+        return []
+    return list(result.get("results", []))
 
 
 def _fill(record: RetrievalRecord, result: HydeResult) -> None:
