@@ -231,12 +231,14 @@ def test_fusion_policy_defaults_follow_the_model_and_settings_win(isolated_env) 
     from hyde_tutor.hyde import STRONG_MODEL_POLICY, WEAK_MODEL_POLICY, HydePolicy
 
     local = HydeRetriever.from_settings(Settings(), retriever=object())  # type: ignore[arg-type]
-    assert local.policy == WEAK_MODEL_POLICY == HydePolicy(1, "score", 0.5, 3, 0)  # no API: the embedded model
+    assert local.policy == WEAK_MODEL_POLICY == HydePolicy(1, "score", 0.5, 3, 0, enabled=False)  # the embedded model
     api = HydeRetriever.from_settings(Settings(llm={"provider": "openai", "api_key": "sk-test"}), retriever=object())  # type: ignore[arg-type]
     assert api.policy == STRONG_MODEL_POLICY == HydePolicy(4, "score", 6.0, 0, 0)  # chosen on recordings
     pinned = Settings(hyde={"n_hypotheses": 4, "fusion": "rrf", "hypothesis_weight": 2.0, "min_agreement": 0,
                             "protect_top": 5})
-    assert HydeRetriever.from_settings(pinned, retriever=object()).policy == HydePolicy(4, "rrf", 2.0, 0, 5)  # type: ignore[arg-type]
+    assert HydeRetriever.from_settings(pinned, retriever=object()).policy == HydePolicy(4, "rrf", 2.0, 0, 5, enabled=False)  # type: ignore[arg-type]
+    on = Settings(hyde={"enabled": True})
+    assert HydeRetriever.from_settings(on, retriever=object()).policy.enabled  # type: ignore[arg-type]
     assert HydeRetriever(None, lambda d: None, HydeSettings()).policy == STRONG_MODEL_POLICY  # type: ignore[arg-type]
 
 
@@ -303,7 +305,9 @@ def test_the_embedded_model_policy_writes_one_hypothesis_by_default(retriever) -
     hs = HydeSettings(timeout_s=2.0)
     hr = HydeRetriever(retriever, lambda d: HypothesisGenerator(model, "fake", d, cache=MemoryCache(), hyde=hs), hs,
                        weak_model=True)
-    res = asyncio.run(hr.search("grammar", "хотеть", top_k=3))
+    off = asyncio.run(hr.search("grammar", "хотеть", top_k=3))
+    assert calls == [] and off.fallback_reason == "disabled"  # HyDE is off by default with the embedded model
+    res = asyncio.run(hr.search("grammar", "хотеть", top_k=3, use_hyde=True))
     assert len(calls) == 1 and len(res.hypotheses) == 1 and res.fusion == "score"
-    asyncio.run(hr.search("grammar", "хотеть поехать", top_k=3, n_hypotheses=3))
+    asyncio.run(hr.search("grammar", "хотеть поехать", top_k=3, n_hypotheses=3, use_hyde=True))
     assert len(calls) == 4  # an explicit n still wins
