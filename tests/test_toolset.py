@@ -75,7 +75,10 @@ def test_agent_calls_grammar_search_and_answers_from_it(hyde_retriever, capfire)
         return await original(collection, query, **kw)
 
     hyde_retriever.search = spy  # type: ignore[method-assign]
-    deps = TutorDeps(retriever=hyde_retriever, experiment=Experiment(hyde_share=0.0), monitor=monitor, subject_id="u1")
+    # explicit_wins: the debugging option under which the model's use_hyde beats the subject's raw arm
+    # (the default, where the arm decides, is tested in test_ab_integrity.py)
+    experiment = Experiment(hyde_share=0.0, explicit_wins=True)
+    deps = TutorDeps(retriever=hyde_retriever, experiment=experiment, monitor=monitor, subject_id="u1")
     result = agent.run_sync("Как сказать, что я хочу?", deps=deps)
 
     assert result.output == "Ответ: используйте -고 싶다"
@@ -86,6 +89,7 @@ def test_agent_calls_grammar_search_and_answers_from_it(hyde_retriever, capfire)
     assert "vector" not in json.dumps(tool_result)
     (rec,) = monitor.records()
     assert (rec.arm, rec.reason, rec.use_hyde, rec.used_hyde, rec.tool) == ("raw", "explicit", True, True, "grammar_search")
+    assert rec.requested_hyde is True and rec.overridden is True
     assert rec.n_hypotheses == 2 and rec.stages_ms["total_ms"] > 0
     spans = [s["name"] for s in capfire.exporter.exported_spans_as_dict()]
     assert {"hyde.search {collection}", "hyde.generate", "hyde.embed", "hyde.store_search", "hyde.raw_channel"} <= set(spans)
@@ -187,11 +191,14 @@ def test_split_within_two_percent_over_100k_subjects(share: float) -> None:
     assert abs(hyde / 100_000 - share) <= 0.02
 
 
-def test_precedence_explicit_then_experiment_then_default() -> None:
+def test_precedence_arm_then_explicit_then_default() -> None:
     exp = Experiment("p", hyde_share=1.0)  # everyone in the hyde arm
     assert decide(False, exp, "u", default=True) == decide(False, exp, "u", True)
-    d = decide(False, exp, "u", default=True)
-    assert (d.use_hyde, d.arm, d.reason) == (False, "hyde", "explicit")
+    d = decide(False, exp, "u", default=True)  # (issue 13) an enrolled subject's arm beats an explicit request
+    assert (d.use_hyde, d.arm, d.reason, d.requested, d.overridden) == (True, "hyde", "experiment", False, False)
+    debug = Experiment("p", hyde_share=1.0, explicit_wins=True)
+    d = decide(False, debug, "u", default=True)
+    assert (d.use_hyde, d.arm, d.reason, d.requested, d.overridden) == (False, "hyde", "explicit", False, True)
     d = decide(None, exp, "u", default=False)
     assert (d.use_hyde, d.reason) == (True, "experiment")
     d = decide(None, exp, None, default=False)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -25,6 +25,10 @@ class ArmRow:
     fallback_rate: float
     mean_results: float
     mean_top_score: float
+    asked_otherwise_rate: float = 0.0
+    """Share of retrievals whose caller asked for the other treatment than this arm's (``requested_hyde``)."""
+    override_rate: float = 0.0
+    """Share of retrievals where the caller's request won against the arm (``explicit_wins``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,20 +39,40 @@ class Difference:
     ci_high: float
 
 
+Grouping = Literal["assigned", "received"]
+
+
+def group_of(rec: dict[str, Any], by: Grouping = "assigned") -> str:
+    """``assigned``: the subject's arm (intention to treat). ``received``: the treatment actually given
+    (``hyde`` when HyDE was attempted, else ``raw``)."""
+    if by == "received":
+        return "hyde" if rec.get("use_hyde") else "raw"
+    return str(rec.get("arm", "unassigned"))
+
+
 def _total(rec: dict[str, Any]) -> float:
     return float((rec.get("stages_ms") or {}).get("total_ms", 0.0))
 
 
-def arm_rows(records: Sequence[dict[str, Any]]) -> list[ArmRow]:
+def _asked_otherwise(rec: dict[str, Any]) -> bool:
+    requested, arm = rec.get("requested_hyde"), str(rec.get("arm", "unassigned"))
+    return requested is not None and arm in ARMS_BY_TREATMENT and requested != ARMS_BY_TREATMENT[arm]
+
+
+ARMS_BY_TREATMENT = {"hyde": True, "raw": False, "hyde+questions": True, "questions": False}
+
+
+def arm_rows(records: Sequence[dict[str, Any]], by: Grouping = "assigned") -> list[ArmRow]:
     rows = []
-    for arm in sorted({r.get("arm", "unassigned") for r in records}):
-        recs = [r for r in records if r.get("arm", "unassigned") == arm]
+    for arm in sorted({group_of(r, by) for r in records}):
+        recs = [r for r in records if group_of(r, by) == arm]
         totals = np.array([_total(r) for r in recs])
         tops = [r["top_score"] for r in recs if r.get("top_score") is not None]
         rows.append(ArmRow(
             arm, len(recs), float(np.percentile(totals, 50)), float(np.percentile(totals, 95)), float(totals.mean()),
             sum(1 for r in recs if r.get("use_hyde") and r.get("fallback_reason")) / len(recs),
             float(np.mean([r.get("results", 0) for r in recs])), float(np.mean(tops)) if tops else float("nan"),
+            sum(map(_asked_otherwise, recs)) / len(recs), sum(1 for r in recs if r.get("overridden")) / len(recs),
         ))
     return rows
 
@@ -62,8 +86,8 @@ def bootstrap_diff(a: Sequence[float], b: Sequence[float], n: int = 2000, seed: 
     return float(x.mean() - y.mean()), float(low), float(high)
 
 
-def differences(records: Sequence[dict[str, Any]]) -> list[Difference]:
-    by_arm = {arm: [r for r in records if r.get("arm") == arm] for arm in ARMS}
+def differences(records: Sequence[dict[str, Any]], by: Grouping = "assigned") -> list[Difference]:
+    by_arm = {arm: [r for r in records if group_of(r, by) == arm] for arm in ARMS}
     if not all(by_arm.values()):
         return []
     signals = {
@@ -80,12 +104,14 @@ def differences(records: Sequence[dict[str, Any]]) -> list[Difference]:
     return out
 
 
-def format_report(rows: Sequence[ArmRow], diffs: Sequence[Difference]) -> str:
-    head = f"{'arm':<12}{'n':>7}{'p50 ms':>10}{'p95 ms':>10}{'mean ms':>10}{'fallback':>10}{'results':>9}{'top score':>11}"
-    lines = [head, "-" * len(head)]
+def format_report(rows: Sequence[ArmRow], diffs: Sequence[Difference], title: str = "by assigned arm") -> str:
+    head = (f"{'arm':<12}{'n':>7}{'p50 ms':>10}{'p95 ms':>10}{'mean ms':>10}{'fallback':>10}{'results':>9}"
+            f"{'top score':>11}{'asked other':>13}{'overridden':>12}")
+    lines = [title, head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r.arm:<12}{r.count:>7}{r.p50_ms:>10.1f}{r.p95_ms:>10.1f}{r.mean_ms:>10.1f}"
-                     f"{r.fallback_rate:>10.1%}{r.mean_results:>9.2f}{r.mean_top_score:>11.4f}")
+                     f"{r.fallback_rate:>10.1%}{r.mean_results:>9.2f}{r.mean_top_score:>11.4f}"
+                     f"{r.asked_otherwise_rate:>13.1%}{r.override_rate:>12.1%}")
     if diffs:
         lines += ["", "hyde - raw (mean difference, 95% bootstrap CI, 2000 resamples):"]
         lines += [f"  {d.metric:<10} {d.hyde_minus_raw:+.4f}  [{d.ci_low:+.4f}, {d.ci_high:+.4f}]" for d in diffs]

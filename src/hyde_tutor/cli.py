@@ -463,16 +463,24 @@ def ab_report(
     path = file or Settings().data_dir / "metrics.jsonl"
     if not path.is_file():
         _fail(f"No metrics file at {path}: run the chat or your agent with a Monitor(jsonl path) first.")
-    records = load_records(path)
+    loaded = load_records(path)
+    records = loaded.records
+    for reason in loaded.skipped[:5]:
+        typer.echo(f"warning: {path}: {reason} (skipped)", err=True)
     if not records:
-        _fail(f"{path} holds no records.")
+        _fail(f"{path} holds no records ({len(loaded.skipped)} lines skipped).")
     rows, diffs = arm_rows(records), differences(records)
+    received, received_diffs = arm_rows(records, "received"), differences(records, "received")
     if as_json:
         typer.echo(json.dumps({"arms": [asdict(r) for r in rows], "differences": [asdict(d) for d in diffs],
-                               "n_records": len(records)}, ensure_ascii=False))
+                               "by_treatment_received": {"arms": [asdict(r) for r in received],
+                                                         "differences": [asdict(d) for d in received_diffs]},
+                               "n_records": len(records), "skipped_lines": len(loaded.skipped)}, ensure_ascii=False))
     else:
-        typer.echo(f"{path}: {len(records)} retrievals")
-        typer.echo(format_report(rows, diffs))
+        typer.echo(f"{path}: {len(records)} retrievals" + (f", {len(loaded.skipped)} lines skipped" if loaded.skipped else ""))
+        typer.echo(format_report(rows, diffs, "by assigned arm (intention to treat)"))
+        typer.echo("")
+        typer.echo(format_report(received, received_diffs, "by treatment received (hyde = HyDE attempted)"))
     if plot is not None:
         typer.echo(f"chart: {draw(rows, plot)}", err=as_json)
 

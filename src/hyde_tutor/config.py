@@ -181,6 +181,10 @@ class ExperimentSettings(BaseModel):
     name: str = Field("hyde-vs-raw", description="Experiment name (part of the assignment hash).")
     hyde_share: float = Field(0.5, ge=0, le=1, description="Share of subjects in the HyDE arm (0.9 = 90/10).")
     salt: str = Field("", description="Change to reshuffle assignments without renaming the experiment.")
+    explicit_wins: bool = Field(
+        False, description="Debugging: a caller's explicit use_hyde beats an enrolled subject's arm (recorded as an "
+        "override). Off: the arm decides and the request is only recorded.",
+    )
     arms: str = Field(
         "raw,hyde",
         description="Comma-separated arms from raw, hyde, questions, hyde+questions. Two arms raw,hyde split by "

@@ -5,8 +5,9 @@ channel) and ``hyde+questions``. The classic two-arm ``raw,hyde`` split uses ``h
 any other arm list splits evenly.
 
 Assignment is a pure function of (experiment name, salt, subject id): deterministic and sticky,
-with no state to store. Precedence when deciding one retrieval:
-explicit per-call ``use_hyde`` > experiment arm > the configured default.
+with no state to store. Deciding one retrieval: an enrolled subject gets its arm, and a caller's
+explicit ``use_hyde`` (a model's tool argument) is only recorded beside it, unless ``explicit_wins``
+is set for debugging; outside an experiment, explicit ``use_hyde`` > the configured default.
 A subject with no id is not enrolled: it gets the configured default (arm ``unassigned``).
 """
 
@@ -36,6 +37,9 @@ class Experiment:
     salt: str = ""
     enabled: bool = True
     arms: tuple[str, ...] = ("raw", "hyde")
+    explicit_wins: bool = False
+    """Debugging only: a caller's explicit ``use_hyde`` beats an enrolled subject's arm (the override is
+    recorded). Off, the arm decides and the request is only recorded, so the arms stay comparable."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.hyde_share <= 1.0:
@@ -60,27 +64,38 @@ class Experiment:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """Whether one retrieval uses HyDE, the subject's arm, and why."""
+    """Whether one retrieval uses HyDE, the subject's arm, who decided, and what the caller asked for."""
 
     use_hyde: bool
+    """The treatment given: HyDE attempted or not (a HyDE fallback is still this treatment)."""
     arm: Arm
     reason: DecisionReason
+    """Who decided: ``experiment`` (the arm), ``explicit`` (the caller), ``default`` or ``experiment_off``."""
     experiment: str | None = None
     use_questions: bool | None = None  # None: the retriever's default (questions.enabled)
+    requested: bool | None = None
+    """The caller's ``use_hyde`` (a model's tool argument), recorded whether or not it won."""
+    overridden: bool = False
+    """The caller's request won against the subject's arm (only with ``explicit_wins``)."""
 
 
 def decide(use_hyde: bool | None, experiment: Experiment | None, subject_id: str | None, default: bool) -> Decision:
-    """Apply the precedence rule: explicit > experiment arm > default.
+    """Enrolled subject: the arm decides (the caller's ``use_hyde`` is recorded; it wins only with
+    ``explicit_wins``). Not enrolled: explicit ``use_hyde`` > ``default``.
 
     An explicit ``use_hyde`` decides HyDE only; the questions channel still follows the arm.
     """
     name = experiment.name if experiment else None
     arm: Arm = experiment.arm(subject_id) if experiment else "unassigned"
     questions = None if arm == "unassigned" else "questions" in arm
-    if use_hyde is not None:
-        return Decision(bool(use_hyde), arm, "explicit", name, questions)
+    requested = None if use_hyde is None else bool(use_hyde)
     if arm != "unassigned":
-        return Decision(arm.startswith("hyde"), arm, "experiment", name, questions)
+        by_arm = arm.startswith("hyde")
+        if requested is not None and experiment is not None and experiment.explicit_wins:
+            return Decision(requested, arm, "explicit", name, questions, requested, requested != by_arm)
+        return Decision(by_arm, arm, "experiment", name, questions, requested)
+    if requested is not None:
+        return Decision(requested, arm, "explicit", name, questions, requested)
     reason: DecisionReason = "experiment_off" if experiment is not None and not experiment.enabled else "default"
     return Decision(default, arm, reason, name)
 
@@ -88,7 +103,7 @@ def decide(use_hyde: bool | None, experiment: Experiment | None, subject_id: str
 def experiment_from_settings(settings: Settings) -> Experiment:
     e = settings.experiment
     arms = tuple(a.strip() for a in e.arms.split(",") if a.strip())
-    return Experiment(e.name, e.hyde_share, e.salt, e.enabled, arms)
+    return Experiment(e.name, e.hyde_share, e.salt, e.enabled, arms, e.explicit_wins)
 
 
 class ReloadableExperiment:

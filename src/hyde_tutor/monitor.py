@@ -45,6 +45,10 @@ class RetrievalRecord:
     subject: str | None = None
     used_questions: bool = False
     timestamp: float = field(default_factory=time.time)
+    requested_hyde: bool | None = None
+    """What the caller (the model's ``use_hyde`` argument) asked for; ``use_hyde`` is what was given."""
+    overridden: bool = False
+    """The caller's request beat the assigned arm (only with ``explicit_wins``)."""
 
     @property
     def total_ms(self) -> float:
@@ -111,15 +115,32 @@ def aggregate(records: Iterable[RetrievalRecord]) -> ArmAggregate:
     )
 
 
-def load_records(path: Path) -> list[dict[str, Any]]:
-    """Read a metrics JSONL (skipping blank or broken lines)."""
-    out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
+@dataclass(frozen=True, slots=True)
+class LoadedRecords:
+    """Records read from a metrics JSONL, and the lines that were not records."""
+
+    records: list[dict[str, Any]]
+    skipped: list[str]
+    """``line N: why`` for each line that is not a JSON object."""
+
+
+def load_records(path: Path) -> LoadedRecords:
+    """Read a metrics JSONL: every JSON object line is a record; any other non-blank line is skipped and listed."""
+    records: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for no, line in enumerate(Path(path).read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
             continue
-    return out
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            skipped.append(f"line {no}: not JSON ({exc.msg})")
+            continue
+        if isinstance(obj, dict):
+            records.append(obj)
+        else:
+            skipped.append(f"line {no}: a JSON {type(obj).__name__}, not a record object")
+    return LoadedRecords(records, skipped)
 
 
 def configure_logfire(token: str | None = None) -> None:

@@ -101,7 +101,7 @@ async def search_with_deps(
     experiment = deps.current_experiment()
     decision = decide(use_hyde, experiment, deps.subject_id, deps.retriever.policy.enabled)
     record = RetrievalRecord(decision.experiment, decision.arm, decision.use_hyde, decision.reason, tool, collection,
-                             subject=deps.subject_id)
+                             subject=deps.subject_id, requested_hyde=decision.requested, overridden=decision.overridden)
     try:
         result = await deps.retriever.search(collection, text, top_k=k, use_hyde=decision.use_hyde,
                                              rerank_candidates=rerank, use_questions=decision.use_questions)
