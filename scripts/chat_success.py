@@ -89,7 +89,7 @@ def main() -> None:
     ok = sum(r["ok"] for r in rows)
     secs = sorted(r["seconds"] for r in rows)
     print(f"mode {args.mode}, model {llm.name}: {ok}/{len(rows)} turns answered; "
-          f"searched in {sum(bool(r['tools']) for r in rows)}; median {secs[len(secs) // 2]:.1f} s/turn; "
+          f"tool calls in {sum(bool(r['tools']) for r in rows)}; median {secs[len(secs) // 2]:.1f} s/turn; "
           f"errors {dict(Counter((r['error'] or '').split(':')[0] for r in rows if r['error']))}")
     if args.json:
         args.json.write_text(json.dumps(rows, ensure_ascii=False, indent=1), encoding="utf-8")
