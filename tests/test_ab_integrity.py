@@ -102,3 +102,33 @@ def test_ab_report_skips_non_object_lines_and_says_how_many(tmp_path: Path) -> N
     only_bad.write_text("[1]\n", encoding="utf-8")
     bad = CliRunner().invoke(app, ["ab-report", "--file", str(only_bad)])
     assert bad.exit_code == 2 and "holds no records (1 lines skipped)" in bad.output
+
+
+def test_a_bad_dotenv_keeps_the_last_good_experiment_and_tool_calls_work(isolated_env: Path, hyde_retriever) -> None:  # noqa: F811
+    import os
+    import time
+    import warnings
+
+    from hyde_tutor import ReloadableExperiment
+    from hyde_tutor.experiment import ExperimentConfigWarning
+
+    env = isolated_env / ".env"
+    env.write_text("HYDE_EXPERIMENT__HYDE_SHARE=1.0\n")
+    live = ReloadableExperiment(env, check_every_s=0)
+    env.write_text("HYDE_EXPERIMENT__HYDE_SHARE=1.5\n")  # out of range: Settings() raises ValidationError
+    os.utime(env, (time.time() + 5, time.time() + 5))
+    monitor = Monitor()
+    agent = Agent(_always_asks_for_hyde(), deps_type=TutorDeps, toolsets=[HydeSearchToolset()])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            result = agent.run_sync("Как сказать?", deps=TutorDeps(hyde_retriever, live, monitor, "u1"))
+            assert result.output == "ok"
+            live.current()  # later checks: the same bad file is not reported again
+    reports = [w for w in caught if issubclass(w.category, ExperimentConfigWarning)]
+    assert len(reports) == 1 and "experiment.hyde_share" in str(reports[0].message)
+    assert "keeping the running experiment" in str(reports[0].message)
+    assert [r.arm for r in monitor.records()] == ["hyde"] * 3  # the last good split (share 1.0) still runs
+    env.write_text("HYDE_EXPERIMENT__HYDE_SHARE=0.0\n")
+    os.utime(env, (time.time() + 10, time.time() + 10))
+    assert live.current().hyde_share == 0.0 and live.last_error is None  # a fixed file is picked up

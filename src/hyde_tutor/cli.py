@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, get_args
 
 import typer
+from pydantic import ValidationError
 
 from .config import Settings
 from .documents import Document, iter_jsonl_documents
@@ -35,6 +36,24 @@ RAW_ARMS: dict[str, tuple[SearchMode, str | None]] = {
     "dense": ("dense", None),
     "sparse": ("sparse", None),
 }
+
+
+@app.callback()
+def _check_settings() -> None:
+    """HyDE retrieval for Korean-tutor agents."""
+    try:
+        Settings()
+    except ValidationError as exc:
+        _fail(settings_error_message(exc))
+
+
+def settings_error_message(exc: ValidationError) -> str:
+    """One line per bad setting, named as the environment variable a user sets."""
+    parts = []
+    for err in exc.errors():
+        var = "HYDE_" + "__".join(str(p).upper() for p in err["loc"])
+        parts.append(f"{var}={err.get('input')!r}: {err['msg']}")
+    return "bad setting " + "; ".join(parts) + " (environment or .env; .env.example lists every key and its range)"
 
 
 def _fail(message: str, code: int = 2) -> None:

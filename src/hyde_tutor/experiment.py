@@ -21,6 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import warnings
+
+from pydantic import ValidationError
+
 from .config import Settings
 
 Arm = Literal["raw", "hyde", "questions", "hyde+questions", "unassigned"]
@@ -120,6 +124,8 @@ class ReloadableExperiment:
         self._mtime = self._stat()
         self._checked = time.monotonic()
         self._current = experiment_from_settings(Settings())
+        self.last_error: str | None = None
+        """The bad setting found at the last reload, if any (the running experiment was kept)."""
 
     def _stat(self) -> float | None:
         try:
@@ -128,9 +134,20 @@ class ReloadableExperiment:
             return None
 
     def reload(self) -> Experiment:
+        """Re-read the settings. A bad value keeps the last good experiment (a tool call must never fail
+        because someone mistyped ``.env``) and is reported once per change of the file, as a warning."""
         with self._lock:
-            self._current = experiment_from_settings(Settings())
             self._mtime = self._stat()
+            try:
+                self._current = experiment_from_settings(Settings())
+                self.last_error = None
+            except (ValidationError, ValueError) as exc:
+                message = _one_line(exc)
+                if message != self.last_error:
+                    self.last_error = message
+                    warnings.warn(f"{self.env_file}: {message}; keeping the running experiment "
+                                  f"({self._current.name}, arms {','.join(self._current.arms)})",
+                                  ExperimentConfigWarning, stacklevel=2)
             return self._current
 
     def current(self) -> Experiment:
@@ -140,3 +157,13 @@ class ReloadableExperiment:
             if self._stat() != self._mtime:
                 return self.reload()
         return self._current
+
+
+class ExperimentConfigWarning(UserWarning):
+    """A changed ``.env`` held a bad experiment setting; the last good experiment keeps running."""
+
+
+def _one_line(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
+    return str(exc)

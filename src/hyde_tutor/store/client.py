@@ -6,11 +6,13 @@ Collections carry the same named vectors as the embedded store (``dense`` +
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from typing import Any
 
 from qdrant_client import QdrantClient, models
-from qdrant_client.http.exceptions import UnexpectedResponse
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from ..config import IndexSettings
 from ..errors import CollectionNotFoundError, StoreLockedError, StoreUnavailableError
@@ -29,7 +31,7 @@ class QdrantClientStore:
 
     @classmethod
     def connect(cls, url: str, api_key: str | None = None, timeout_s: float = 10.0, index: IndexSettings | None = None) -> QdrantClientStore:
-        return cls(QdrantClient(url=url, api_key=api_key, timeout=int(timeout_s)), index)
+        return cls(QdrantClient(url=url, api_key=api_key, timeout=max(1, math.ceil(timeout_s))), index)
 
     @classmethod
     def local(cls, path: str, index: IndexSettings | None = None) -> QdrantClientStore:
@@ -133,10 +135,12 @@ class QdrantClientStore:
             if "not found" in str(exc).lower() and name:
                 raise CollectionNotFoundError(str(name)) from exc
             raise StoreUnavailableError(f"Qdrant request failed: {exc}") from exc
-        except Exception as exc:  # connection errors differ by transport
-            if isinstance(exc, (CollectionNotFoundError, StoreUnavailableError)):
-                raise
+        except (ResponseHandlingException, OSError, RuntimeError, ConnectionError) as exc:
             raise StoreUnavailableError(f"Qdrant is unreachable or failed: {exc}") from exc
+        except Exception as exc:  # transport errors (httpx, grpc) by module, not by catching everything
+            if type(exc).__module__.split(".")[0] in ("httpx", "httpcore", "grpc"):
+                raise StoreUnavailableError(f"Qdrant is unreachable or failed: {exc}") from exc
+            raise
 
 
 def _client_query(req: SearchRequest, with_params: bool = True) -> models.QueryRequest:

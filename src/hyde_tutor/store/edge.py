@@ -8,6 +8,8 @@ Within one process, stores share open shards through a reference-counted registr
 
 from __future__ import annotations
 
+import re
+
 import json
 import shutil
 import threading
@@ -59,9 +61,18 @@ def _release(path: Path) -> None:
         shard.close()
 
 
+_LOCKED = re.compile(r"WouldBlock|\block(ed|file)?\b|Resource temporarily unavailable", re.IGNORECASE)
+
+
+def _is_engine_error(exc: BaseException) -> bool:
+    """qdrant-edge raises plain ``Exception`` for its own failures; OS errors are the disk's. Anything else
+    (``TypeError``, ``KeyError``, ...) is a bug in the caller and must not be disguised as a store outage."""
+    return type(exc) is Exception or isinstance(exc, (OSError, RuntimeError))
+
+
 def _translate(exc: Exception, path: Path) -> Exception:
     text = str(exc)
-    if "WouldBlock" in text or "lock" in text.lower():
+    if _LOCKED.search(text):  # the word lock (not "block"), the OS's EWOULDBLOCK
         return StoreLockedError(str(path))
     return StoreUnavailableError(f"Embedded Qdrant store at {path} failed: {text}")
 
@@ -207,6 +218,8 @@ class EdgeStore:
         try:
             return fn(shard)
         except Exception as exc:
+            if not _is_engine_error(exc):
+                raise
             raise _translate(exc, self._dir(name)) from exc
 
 

@@ -1,0 +1,60 @@
+"""Store errors: only what is recognised is translated; bugs stay bugs. Settings errors are one clear line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hyde_tutor import EdgeStore, QdrantClientStore, StoreLockedError, StoreUnavailableError
+from hyde_tutor.cli import app
+from hyde_tutor.store.edge import _translate
+
+from .test_store import DOCS
+
+
+def test_only_a_lock_message_means_locked() -> None:
+    path = Path("/data/edge/grammar")
+    assert isinstance(_translate(Exception("Resource temporarily unavailable (os error 11): WouldBlock"), path),
+                      StoreLockedError)
+    assert isinstance(_translate(Exception("the lock file is held by another process"), path), StoreLockedError)
+    blocked = _translate(Exception("segment write blocked: disk full"), path)
+    assert type(blocked) is StoreUnavailableError and "disk full" in str(blocked)  # "blocked" is not a lock
+
+
+def test_a_bug_inside_a_store_call_is_not_reported_as_an_outage(tmp_path: Path, hash_embedder, bm25) -> None:
+    from hyde_tutor.ingest import ingest_documents
+
+    store = EdgeStore(tmp_path / "edge")
+    ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
+
+    def buggy(shard):
+        return shard.no_such_method()
+
+    with pytest.raises(AttributeError):
+        store._call("grammar", buggy)
+    with pytest.raises(StoreUnavailableError, match="failed: engine says no"):
+        store._call("grammar", lambda shard: (_ for _ in ()).throw(Exception("engine says no")))
+    store.close()
+
+
+def test_client_store_rounds_a_sub_second_timeout_up() -> None:
+    store = QdrantClientStore.connect("http://127.0.0.1:1", timeout_s=0.5)
+    assert store.client._client._timeout == 1  # int(0.5) was 0: no timeout at all
+    with pytest.raises(StoreUnavailableError, match="unreachable"):
+        store.list_collections()
+    store.close()
+
+
+def test_a_bad_setting_is_one_line_naming_the_variable(isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HYDE_HYDE__N_HYPOTHESES", "20")
+    result = CliRunner().invoke(app, ["search", "x"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "error: bad setting HYDE_HYDE__N_HYPOTHESES='20': Input should be less than or equal to 8 "
+        "(environment or .env; .env.example lists every key and its range)"]
+    (isolated_env / ".env").write_text("HYDE_RETRIEVAL__TOP_K=zero\n")
+    monkeypatch.delenv("HYDE_HYDE__N_HYPOTHESES")
+    result = CliRunner().invoke(app, ["ab-report"])
+    assert result.exit_code == 2 and "HYDE_RETRIEVAL__TOP_K='zero'" in result.output
