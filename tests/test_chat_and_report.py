@@ -117,7 +117,7 @@ def test_cli_chat_reads_stdin_answers_each_line_and_exits_0(isolated_env: Path, 
     assert result.exit_code == 0, result.output
     out = result.output
     assert out.count("вы> ") == 2 and out.count("Используйте конструкцию из статьи") == 2
-    assert "mode tools" in out and "LLM: openai-compatible" in out
+    assert "mode tools" in out and "LLM for HyDE: openai-compatible" in out
     assert out.count(" с)") == 2  # time per turn
 
 
@@ -135,6 +135,7 @@ def test_ab_report_figures_and_ci(tmp_path: Path) -> None:
     monitor = Monitor(path)
     for rec in _records(200, "hyde", 500, fallback_every=10) + _records(300, "raw", 20):
         monitor.record(rec)
+    monitor.flush()  # the JSONL is written by the monitor's writer thread
     records = [json.loads(line) for line in path.read_text().splitlines()]
     rows = {r.arm: r for r in arm_rows(records)}
     assert rows["hyde"].count == 200 and rows["raw"].count == 300

@@ -118,3 +118,15 @@ def test_use_embedder_is_safe_under_concurrent_calls(use_embedder: UseEmbedder) 
         got = list(pool.map(use_embedder.embed, batches))
     for e, g in zip(expected, got, strict=True):
         assert np.allclose(g, e, atol=1e-5)  # no vector ends up with another query
+
+
+@pytest.mark.parametrize("body", [b"<html>not json</html>", b'{"object": "list"}', b'{"data": [{"index": 0}]}'])
+def test_a_malformed_embeddings_response_is_a_typed_error(body: bytes) -> None:
+    import httpx
+
+    from hyde_tutor.errors import EmbedderError
+
+    client = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(200, content=body)))
+    emb = OpenAIEmbedder(api_key="k", base_url="http://embeddings.test/v1", dimensions=3, client=client)
+    with pytest.raises(EmbedderError, match="not an embeddings response"):
+        emb.embed(["x"])

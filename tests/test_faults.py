@@ -91,8 +91,13 @@ def _ingested(root: Path, embedder: HashEmbedder, bm25: Bm25Encoder, collection:
 
 
 def _search_tool(hr: HydeRetriever, monitor: Monitor | None = None, **args: Any) -> Any:
+    from pydantic_ai.exceptions import ToolFailed
+
     ctx = tool_context(TutorDeps(retriever=hr, monitor=monitor))
-    return asyncio.run(call_tool(HydeSearchToolset(), ctx, "grammar_search", {"query": QUERY, **args}))
+    try:
+        return asyncio.run(call_tool(HydeSearchToolset(), ctx, "grammar_search", {"query": QUERY, **args}))
+    except ToolFailed as failed:  # a store failure: the failed tool result the model sees
+        return {"results": [], "error": failed.message}
 
 
 def _hyde_over_http(base_url: str, retriever: Retriever, timeout_s: float = 30.0, n: int = 2) -> HydeRetriever:

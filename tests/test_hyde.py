@@ -53,9 +53,9 @@ def _hyde(retriever, model, **settings) -> HydeRetriever:
     return HydeRetriever(retriever, lambda domain: HypothesisGenerator(model, "fake", domain, cache=MemoryCache(), hyde=hs), hs)
 
 
-def test_hyde_search_result_shape(retriever) -> None:
+async def test_hyde_search_result_shape(retriever) -> None:
     hr = _hyde(retriever, _text_model(lambda p: WANT_TO + p[-12:]))
-    res = asyncio.run(hr.search("grammar", "Как сказать про мечту поехать?", top_k=3))
+    res = await hr.search("grammar", "Как сказать про мечту поехать?", top_k=3)
     assert res.used_hyde and res.fallback_reason is None
     assert len(res.hypotheses) == 2 and res.results[0].id == "g1"
     assert "raw" in res.results[0].channels or any(c.startswith("hyde:") for c in res.results[0].channels)
@@ -66,7 +66,7 @@ def test_hyde_search_result_shape(retriever) -> None:
     assert len(res.results) <= 3
 
 
-def test_raw_channel_runs_while_hypotheses_are_generated(retriever) -> None:
+async def test_raw_channel_runs_while_hypotheses_are_generated(retriever) -> None:
     log: list = []
     hr = _hyde(retriever, _text_model(delay=0.3, log=log))
     raw_calls: list[float] = []
@@ -77,7 +77,7 @@ def test_raw_channel_runs_while_hypotheses_are_generated(retriever) -> None:
         return original(name, requests)
 
     retriever.store.search_batch = spy  # type: ignore[method-assign]
-    asyncio.run(hr.search("grammar", "хочу", top_k=2))
+    await hr.search("grammar", "хочу", top_k=2)
     generation_end = min(end for _, end in log)
     assert raw_calls[0] < generation_end  # raw search finished before any hypothesis came back
     assert len(raw_calls) == 2  # one raw call + ONE batched call for all hypotheses
@@ -90,29 +90,29 @@ def test_raw_channel_runs_while_hypotheses_are_generated(retriever) -> None:
         (lambda p: "", "empty_hypotheses"),
     ],
 )
-def test_fallbacks_return_raw_results(retriever, model_text, reason) -> None:
+async def test_fallbacks_return_raw_results(retriever, model_text, reason) -> None:
     hr = _hyde(retriever, _text_model(model_text))
-    res = asyncio.run(hr.search("grammar", "хотеть 가고 싶어요", top_k=2))
+    res = await hr.search("grammar", "хотеть 가고 싶어요", top_k=2)
     assert (res.used_hyde, res.fallback_reason) == (False, reason)
     assert res.results and res.results[0].id == "g1" and res.results[0].channels == ("raw",)
 
 
-def test_timeout_falls_back(retriever) -> None:
+async def test_timeout_falls_back(retriever) -> None:
     hr = _hyde(retriever, _text_model(delay=5), timeout_s=0.2)
-    res = asyncio.run(hr.search("grammar", "хотеть", top_k=2))
+    res = await hr.search("grammar", "хотеть", top_k=2)
     assert res.fallback_reason == "timeout" and res.results
 
 
-def test_llm_backend_that_cannot_start_falls_back(retriever) -> None:
+async def test_llm_backend_that_cannot_start_falls_back(retriever) -> None:
     def broken(domain):
         raise RuntimeError("llama server failed to start")
 
     hr = HydeRetriever(retriever, broken, HydeSettings())
-    res = asyncio.run(hr.search("grammar", "хотеть", top_k=2))
+    res = await hr.search("grammar", "хотеть", top_k=2)
     assert res.fallback_reason == "llm_error" and "failed to start" in res.errors[0] and res.results
 
 
-def test_no_hyde_results_falls_back(retriever) -> None:
+async def test_no_hyde_results_falls_back(retriever) -> None:
     original = retriever.store.search_batch
 
     def empty_for_hypotheses(name, requests):
@@ -120,26 +120,26 @@ def test_no_hyde_results_falls_back(retriever) -> None:
 
     retriever.store.search_batch = empty_for_hypotheses  # type: ignore[method-assign]
     hr = _hyde(retriever, _text_model(lambda p: WANT_TO + p[-8:]))
-    res = asyncio.run(hr.search("grammar", "хотеть", top_k=2, include_raw=False))
+    res = await hr.search("grammar", "хотеть", top_k=2, include_raw=False)
     assert res.fallback_reason == "no_results" and res.results[0].channels == ("raw",)
 
 
-def test_disabled_and_precedence(retriever) -> None:
+async def test_disabled_and_precedence(retriever) -> None:
     calls = []
     model = _text_model(lambda p: calls.append(p) or WANT_TO + p[-5:])
     off_by_default = _hyde(retriever, model, enabled=False)
-    res = asyncio.run(off_by_default.search("grammar", "хотеть"))
+    res = await off_by_default.search("grammar", "хотеть")
     assert (res.used_hyde, res.fallback_reason, calls) == (False, "disabled", [])
-    forced = asyncio.run(off_by_default.search("grammar", "хотеть", use_hyde=True))
+    forced = await off_by_default.search("grammar", "хотеть", use_hyde=True)
     assert forced.used_hyde and calls
     on_by_default = _hyde(retriever, model, enabled=True)
-    assert asyncio.run(on_by_default.search("grammar", "хотеть", use_hyde=False)).fallback_reason == "disabled"
+    assert (await on_by_default.search("grammar", "хотеть", use_hyde=False)).fallback_reason == "disabled"
 
 
 @pytest.mark.parametrize("fusion", ["rrf", "max", "mean", "score"])
-def test_every_fusion_mode_runs(retriever, fusion) -> None:
+async def test_every_fusion_mode_runs(retriever, fusion) -> None:
     hr = _hyde(retriever, _text_model(lambda p: WANT_TO + p[-8:]))
-    res = asyncio.run(hr.search("grammar", "мечтаю поехать", top_k=3, fusion=fusion))
+    res = await hr.search("grammar", "мечтаю поехать", top_k=3, fusion=fusion)
     assert res.used_hyde and res.fusion == fusion and res.results[0].id == "g1"
     if fusion == "mean":
         assert {c for d in res.results for c in d.channels} <= {"raw", "hyde:mean"}
@@ -159,9 +159,9 @@ def test_fuse_on_hand_made_rankings(retriever) -> None:
     assert [(d.id, d.score) for d in top] == [("c", 0.95), ("a", 0.9), ("b", 0.8)]
 
 
-def test_hyde_only_excludes_raw_channel(retriever) -> None:
+async def test_hyde_only_excludes_raw_channel(retriever) -> None:
     hr = _hyde(retriever, _text_model(lambda p: WANT_TO + p[-8:]))
-    res = asyncio.run(hr.search("grammar", "мечтаю", top_k=4, include_raw=False))
+    res = await hr.search("grammar", "мечтаю", top_k=4, include_raw=False)
     assert res.used_hyde and all("raw" not in d.channels for d in res.results)
 
 
@@ -174,17 +174,17 @@ class SpyReranker:
         return [1.0 if "-지만" in t else 0.0 for t in texts]
 
 
-def test_reranker_scores_against_the_original_query(retriever) -> None:
+async def test_reranker_scores_against_the_original_query(retriever) -> None:
     spy = SpyReranker()
     hr = _hyde(retriever, _text_model(lambda p: WANT_TO + p[-8:]))
     hr.reranker = spy
-    res = asyncio.run(hr.search("grammar", "исходный вопрос про но", top_k=3))
+    res = await hr.search("grammar", "исходный вопрос про но", top_k=3)
     assert spy.queries == ["исходный вопрос про но"]  # never the hypothesis
     assert res.results[0].id == "g3" and res.results[0].score == 1.0
     assert res.timings.rerank_ms > 0
     seen: list[int] = []
     spy.scores = lambda q, texts: seen.append(len(texts)) or [0.0] * len(texts)  # type: ignore[method-assign]
-    asyncio.run(hr.search("grammar", "вопрос", top_k=1, rerank_candidates=2))
+    await hr.search("grammar", "вопрос", top_k=1, rerank_candidates=2)
     assert seen == [2]  # rerank_top_k / rerank_candidates limits what the reranker sees
 
 
@@ -197,30 +197,30 @@ def test_adaptive_threshold_steps_down() -> None:
     assert adaptive_threshold([0.3, 0.1], 1, 0.0, 0.1, 0.0) == (None, 2)  # off
 
 
-def test_threshold_is_reported_and_applied(retriever) -> None:
+async def test_threshold_is_reported_and_applied(retriever) -> None:
     hr = _hyde(retriever, _text_model(lambda p: WANT_TO + p[-8:]), threshold_start=0.99, threshold_floor=0.97,
                threshold_step=0.01, threshold_min_results=10)
-    res = asyncio.run(hr.search("grammar", "хотеть 가고 싶어요", top_k=4))
+    res = await hr.search("grammar", "хотеть 가고 싶어요", top_k=4)
     assert res.effective_threshold == pytest.approx(0.97)  # never enough results: stopped at the floor
     scores = [d.score for d in res.results]
     assert res.results and min(scores) / max(scores) >= 0.97 - 1e-9
-    unfiltered = asyncio.run(_hyde(retriever, _text_model(lambda p: WANT_TO + p[-8:])).search("grammar", "хотеть 가고 싶어요", top_k=4))
+    unfiltered = await _hyde(retriever, _text_model(lambda p: WANT_TO + p[-8:])).search("grammar", "хотеть 가고 싶어요", top_k=4)
     assert unfiltered.effective_threshold is None and len(unfiltered.results) >= len(res.results)
 
 
 @pytest.mark.parametrize("bad", ["", "   ", "я" * 5000, None, 42])
-def test_bad_queries_raise_typed_errors(retriever, bad) -> None:
+async def test_bad_queries_raise_typed_errors(retriever, bad) -> None:
     hr = _hyde(retriever, _text_model())
     with pytest.raises(QueryValidationError):
-        asyncio.run(hr.search("grammar", bad))
+        await hr.search("grammar", bad)
 
 
-def test_protect_top_keeps_raw_hits_above_off_topic_hypotheses(retriever) -> None:
+async def test_protect_top_keeps_raw_hits_above_off_topic_hypotheses(retriever) -> None:
     off_topic = _text_model(lambda p: "-지만 противопоставление но 비싸지만 좋아요 " + p[-6:])
     query = "-고 싶다 хотеть"
-    unprotected = asyncio.run(_hyde(retriever, off_topic, protect_top=0).search("grammar", query, top_k=4))
+    unprotected = await _hyde(retriever, off_topic, protect_top=0).search("grammar", query, top_k=4)
     assert unprotected.results[0].id == "g3"  # two hypothesis channels outvote the raw channel
-    protected = asyncio.run(_hyde(retriever, off_topic, protect_top=1).search("grammar", query, top_k=4))
+    protected = await _hyde(retriever, off_topic, protect_top=1).search("grammar", query, top_k=4)
     assert protected.used_hyde and protected.results[0].id == "g1" and protected.results[1].id == "g3"
     scores = [d.score for d in protected.results]
     assert scores == sorted(scores, reverse=True)
@@ -271,30 +271,30 @@ def clustered(tmp_path: Path, hash_embedder, bm25):
     r.close()
 
 
-def test_off_topic_hypotheses_are_dropped_by_agreement(clustered) -> None:
+async def test_off_topic_hypotheses_are_dropped_by_agreement(clustered) -> None:
     query = "-고 싶다 хотеть мечтать"
     off_topic = _text_model(lambda p: "-지만 противопоставление но однако 비싸지만 좋아요 " + p[-6:])
-    gated = asyncio.run(_hyde(clustered, off_topic, min_agreement=3).search("grammar", query, top_k=5))
+    gated = await _hyde(clustered, off_topic, min_agreement=3).search("grammar", query, top_k=5)
     assert not gated.used_hyde and gated.fallback_reason == "off_topic"
     assert all(d.id.startswith("want") for d in gated.results)  # the raw results, untouched
     assert len(gated.hypotheses) == 2 and any("off-topic" in e for e in gated.errors)
-    ungated = asyncio.run(_hyde(clustered, off_topic, min_agreement=0).search("grammar", query, top_k=10))
+    ungated = await _hyde(clustered, off_topic, min_agreement=0).search("grammar", query, top_k=10)
     assert ungated.used_hyde and any(d.id.startswith("but") for d in ungated.results)
 
     on_topic = _text_model(lambda p: "-고 싶다 желание хотеть 가고 싶어요 " + p[-6:])
-    kept = asyncio.run(_hyde(clustered, on_topic, min_agreement=3).search("grammar", query, top_k=5))
+    kept = await _hyde(clustered, on_topic, min_agreement=3).search("grammar", query, top_k=5)
     assert kept.used_hyde and kept.fallback_reason is None and not kept.errors
 
 
-def test_one_off_topic_hypothesis_is_dropped_and_the_other_kept(clustered) -> None:
+async def test_one_off_topic_hypothesis_is_dropped_and_the_other_kept(clustered) -> None:
     mixed = _text_model(lambda p: ("-지만 но однако 비싸지만 " if "упор на примеры" in p else "-고 싶다 хотеть 가고 싶어요 ") + p[-6:])
-    res = asyncio.run(_hyde(clustered, mixed, min_agreement=3).search("grammar", "-고 싶다 хотеть", top_k=5))
+    res = await _hyde(clustered, mixed, min_agreement=3).search("grammar", "-고 싶다 хотеть", top_k=5)
     assert res.used_hyde
     assert {c for d in res.results for c in d.channels} == {"raw", "hyde:rule"}
     assert [e.split()[0] for e in res.errors] == ["hyde:example"]
 
 
-def test_the_embedded_model_policy_writes_one_hypothesis_by_default(retriever) -> None:
+async def test_the_embedded_model_policy_writes_one_hypothesis_by_default(retriever) -> None:
     calls: list[str] = []
 
     def text(prompt: str) -> str:
@@ -305,9 +305,9 @@ def test_the_embedded_model_policy_writes_one_hypothesis_by_default(retriever) -
     hs = HydeSettings(timeout_s=2.0)
     hr = HydeRetriever(retriever, lambda d: HypothesisGenerator(model, "fake", d, cache=MemoryCache(), hyde=hs), hs,
                        weak_model=True)
-    off = asyncio.run(hr.search("grammar", "хотеть", top_k=3))
+    off = await hr.search("grammar", "хотеть", top_k=3)
     assert calls == [] and off.fallback_reason == "disabled"  # HyDE is off by default with the embedded model
-    res = asyncio.run(hr.search("grammar", "хотеть", top_k=3, use_hyde=True))
+    res = await hr.search("grammar", "хотеть", top_k=3, use_hyde=True)
     assert len(calls) == 1 and len(res.hypotheses) == 1 and res.fusion == "score"
-    asyncio.run(hr.search("grammar", "хотеть поехать", top_k=3, n_hypotheses=3, use_hyde=True))
+    await hr.search("grammar", "хотеть поехать", top_k=3, n_hypotheses=3, use_hyde=True)
     assert len(calls) == 4  # an explicit n still wins

@@ -45,7 +45,7 @@ def _prompt_of(messages) -> str:
     return str(messages[-1].parts[-1].content)
 
 
-def test_hypotheses_are_generated_concurrently_one_per_perspective() -> None:
+async def test_hypotheses_are_generated_concurrently_one_per_perspective() -> None:
     spans: list[tuple[float, float]] = []
     prompts: list[str] = []
 
@@ -56,7 +56,7 @@ def test_hypotheses_are_generated_concurrently_one_per_perspective() -> None:
         spans.append((start, time.perf_counter()))
         return ModelResponse(parts=[TextPart(f"Конструкция: -고 싶다 ({len(prompts)}) " + _prompt_of(messages)[-30:])])
 
-    result = asyncio.run(_generator(slow, n=3).generate("Как сказать, что я хочу?"))
+    result = await _generator(slow, n=3).generate("Как сказать, что я хочу?")
     assert len(result.hypotheses) == 3
     assert len({h.perspective for h in result.hypotheses}) == 3
     latest_start = max(s for s, _ in spans)
@@ -65,26 +65,26 @@ def test_hypotheses_are_generated_concurrently_one_per_perspective() -> None:
     assert all("Как сказать, что я хочу?" in p for p in prompts)
 
 
-def test_n_is_capped_at_eight() -> None:
+async def test_n_is_capped_at_eight() -> None:
     async def fn(messages, info):
         return ModelResponse(parts=[TextPart(_prompt_of(messages))])
 
-    result = asyncio.run(_generator(fn, n=3).generate("вопрос", n=50))
+    result = await _generator(fn, n=3).generate("вопрос", n=50)
     assert len(result.hypotheses) == 8
 
 
-def test_empty_and_duplicate_hypotheses_are_dropped() -> None:
+async def test_empty_and_duplicate_hypotheses_are_dropped() -> None:
     answers = iter(["Одинаковый текст", "  одинаковый   ТЕКСТ ", "   ", "Другой текст"])
 
     async def fn(messages, info):
         return ModelResponse(parts=[TextPart(next(answers))])
 
-    result = asyncio.run(_generator(fn, n=4).generate("вопрос"))
+    result = await _generator(fn, n=4).generate("вопрос")
     assert [h.text for h in result.hypotheses] == ["Одинаковый текст", "Другой текст"]
     assert (result.duplicates, result.empty, result.failure_reason) == (1, 1, None)
 
 
-def test_cache_hits_cost_no_llm_calls(tmp_path: Path) -> None:
+async def test_cache_hits_cost_no_llm_calls(tmp_path: Path) -> None:
     calls = 0
 
     async def fn(messages, info):
@@ -93,13 +93,13 @@ def test_cache_hits_cost_no_llm_calls(tmp_path: Path) -> None:
         return ModelResponse(parts=[TextPart(f"гипотеза {_prompt_of(messages)[-20:]}")])
 
     disk = DiskCache(tmp_path / "h.sqlite")
-    first = asyncio.run(_generator(fn, n=2, cache=disk).generate("вопрос"))
+    first = await _generator(fn, n=2, cache=disk).generate("вопрос")
     assert calls == 2 and first.usage.requests == 2 and not any(h.cached for h in first.hypotheses)
     # a new generator (new process, same disk cache) answers from the cache
-    again = asyncio.run(_generator(fn, n=2, cache=DiskCache(tmp_path / "h.sqlite")).generate("вопрос"))
+    again = await _generator(fn, n=2, cache=DiskCache(tmp_path / "h.sqlite")).generate("вопрос")
     assert calls == 2 and all(h.cached for h in again.hypotheses)
     assert [h.text for h in again.hypotheses] == [h.text for h in first.hypotheses]
-    asyncio.run(_generator(fn, n=2, cache=disk).generate("другой вопрос"))
+    await _generator(fn, n=2, cache=disk).generate("другой вопрос")
     assert calls == 4
 
 
@@ -114,7 +114,7 @@ def test_cache_key_covers_model_prompt_query_perspective() -> None:
     ("behaviour", "reason"),
     [("raise", "llm_error"), ("hang", "timeout"), ("empty", "empty_hypotheses")],
 )
-def test_failure_reasons(behaviour: str, reason: str) -> None:
+async def test_failure_reasons(behaviour: str, reason: str) -> None:
     async def fn(messages, info):
         if behaviour == "raise":
             raise ConnectionError("connection refused")
@@ -122,7 +122,7 @@ def test_failure_reasons(behaviour: str, reason: str) -> None:
             await asyncio.sleep(30)
         return ModelResponse(parts=[TextPart("")])
 
-    result = asyncio.run(_generator(fn, n=2, timeout_s=0.2).generate("вопрос"))
+    result = await _generator(fn, n=2, timeout_s=0.2).generate("вопрос")
     assert result.hypotheses == [] and result.failure_reason == reason
     if behaviour == "raise":
         assert "connection refused" in result.errors[0]
@@ -130,35 +130,35 @@ def test_failure_reasons(behaviour: str, reason: str) -> None:
         assert result.timeouts == 2
 
 
-def test_partial_failure_keeps_the_good_hypotheses() -> None:
+async def test_partial_failure_keeps_the_good_hypotheses() -> None:
     async def fn(messages, info):
         if "типичную ошибку" in _prompt_of(messages):
             raise RuntimeError("boom")
         return ModelResponse(parts=[TextPart(_prompt_of(messages)[-40:])])
 
-    result = asyncio.run(_generator(fn, n=3).generate("вопрос"))
+    result = await _generator(fn, n=3).generate("вопрос")
     assert len(result.hypotheses) == 2 and len(result.errors) == 1 and result.failure_reason is None
 
 
-def test_token_usage_is_recorded() -> None:
+async def test_token_usage_is_recorded() -> None:
     async def fn(messages, info):
         return ModelResponse(parts=[TextPart("ответ " + _prompt_of(messages)[-10:])])
 
-    result = asyncio.run(_generator(fn, n=2).generate("вопрос"))
+    result = await _generator(fn, n=2).generate("вопрос")
     assert result.usage.requests == 2 and result.usage.input_tokens > 0 and result.usage.output_tokens > 0
 
 
-def test_garbage_without_korean_is_rejected() -> None:
+async def test_garbage_without_korean_is_rejected() -> None:
     answers = iter(["Стильерация определяет усложность находить", "Конструкция: -고 싶다. Пример: 가고 싶어요."])
 
     async def fn(messages, info):
         return ModelResponse(parts=[TextPart(next(answers))])
 
-    result = asyncio.run(_generator(fn, n=2, min_hangul_chars=4).generate("вопрос"))
+    result = await _generator(fn, n=2, min_hangul_chars=4).generate("вопрос")
     assert [h.text[:12] for h in result.hypotheses] == ["Конструкция:"]
     assert result.rejected == 1
     answers = iter(["только русский текст", "и этот тоже"])
-    result = asyncio.run(_generator(fn, n=2, min_hangul_chars=4).generate("другой вопрос"))
+    result = await _generator(fn, n=2, min_hangul_chars=4).generate("другой вопрос")
     assert result.hypotheses == [] and result.rejected == 2 and result.failure_reason == "empty_hypotheses"
 
 
@@ -176,7 +176,7 @@ def test_strip_prompt_echo_removes_copied_sentences_only() -> None:
     assert strip_prompt_echo("Пример:", [prompt]) == ("Пример:", 0)
 
 
-def test_a_copied_sample_entry_does_not_become_a_hypothesis() -> None:
+async def test_a_copied_sample_entry_does_not_become_a_hypothesis() -> None:
     """The embedded 1.5B model often re-types the prompt's sample (-지만) instead of answering."""
     sample_lines = [line for line in load_prompt("hypothesis_grammar").text.splitlines() if line.startswith("Пример:")]
     assert sample_lines, "the grammar prompt is expected to carry a sample entry"
@@ -185,27 +185,27 @@ def test_a_copied_sample_entry_does_not_become_a_hypothesis() -> None:
     async def fn(messages, info):
         return ModelResponse(parts=[TextPart(copy)])
 
-    result = asyncio.run(_generator(fn, n=1, min_hangul_chars=4).generate("Как сказать, что я хочу в кино?"))
+    result = await _generator(fn, n=1, min_hangul_chars=4).generate("Как сказать, что я хочу в кино?")
     assert result.hypotheses == [] and result.failure_reason == "empty_hypotheses"
     assert result.echoed_segments >= len(sample_lines)
     # the same text is kept when the guard is switched off
-    kept = asyncio.run(_generator(fn, n=1, min_hangul_chars=4, strip_prompt_echo=False).generate("вопрос"))
+    kept = await _generator(fn, n=1, min_hangul_chars=4, strip_prompt_echo=False).generate("вопрос")
     assert len(kept.hypotheses) == 1 and kept.echoed_segments == 0
 
 
-def test_streamed_generation_returns_text_and_usage() -> None:
+async def test_streamed_generation_returns_text_and_usage() -> None:
     async def stream(messages, info):
         for piece in ["Конструкция: -고 싶다. ", "Пример: 가고 싶어요."]:
             yield piece
 
     settings = HydeSettings(n_hypotheses=1, hypothesis_length=200, min_hangul_chars=0)
     gen = HypothesisGenerator(FunctionModel(stream_function=stream), "fake", "grammar", hyde=settings, stream=True)
-    result = asyncio.run(gen.generate("Как сказать, что я хочу?"))
+    result = await gen.generate("Как сказать, что я хочу?")
     assert [h.text for h in result.hypotheses] == ["Конструкция: -고 싶다. Пример: 가고 싶어요."]
     assert result.usage.requests == 1 and result.usage.output_tokens > 0
 
 
-def test_a_timeout_closes_the_stream_instead_of_leaving_it_running() -> None:
+async def test_a_timeout_closes_the_stream_instead_of_leaving_it_running() -> None:
     """With a stream, giving up on a call closes it: a llama.cpp server then stops generating."""
     events: list[str] = []
 
@@ -227,6 +227,6 @@ def test_a_timeout_closes_the_stream_instead_of_leaving_it_running() -> None:
         await asyncio.sleep(0.3)  # a stream left running would keep producing tokens now
         return result, produced
 
-    result, produced = asyncio.run(run())
+    result, produced = await run()
     assert result.timeouts == 1 and result.failure_reason == "timeout"
     assert "closed" in events and events.count("token") == produced < 10_000

@@ -13,14 +13,14 @@ from hyde_tutor.hypotheses import HypothesisGenerator, MemoryCache
 from hyde_tutor.llm import LLMUnavailableError, LocalLlamaServer, make_llm, resolve_gguf, resolve_provider, smollm2_path
 
 
-def test_llama_cpp_engine_smoke_with_smollm2(isolated_env: Path) -> None:
+async def test_llama_cpp_engine_smoke_with_smollm2(isolated_env: Path) -> None:
     settings = Settings(llm=LLMSettings(provider="local", local_model="smollm2-135m", max_tokens=24, temperature=0.0))
     backend = make_llm(settings)
     try:
         assert backend.kind == "local" and backend.name.startswith("local:SmolLM2")
         gen = HypothesisGenerator(backend.model, backend.name, "grammar", cache=MemoryCache(),
                                   hyde=HydeSettings(timeout_s=120, min_hangul_chars=0), llm=settings.llm, extra_settings=backend.extra_settings)
-        result = asyncio.run(gen.generate("Как сказать, что я хочу поехать в Пусан?", n=1))
+        result = await gen.generate("Как сказать, что я хочу поехать в Пусан?", n=1)
         assert result.failure_reason is None, result.errors
         assert result.hypotheses[0].text.strip()
         assert 0 < result.usage.output_tokens <= 24  # max_tokens reaches llama.cpp
@@ -31,7 +31,7 @@ def test_llama_cpp_engine_smoke_with_smollm2(isolated_env: Path) -> None:
     assert backend.server is not None and backend.server._proc is None  # stopped
 
 
-def test_a_timed_out_local_call_stops_the_server_generating(isolated_env: Path) -> None:
+async def test_a_timed_out_local_call_stops_the_server_generating(isolated_env: Path) -> None:
     """The embedded backend streams, so giving up on a call frees the single-slot server at once
     (measured: the next request waited 0.3 s instead of 13 s behind a plain request)."""
     settings = Settings(llm=LLMSettings(provider="local", local_model="smollm2-135m", max_tokens=600, threads=1))
@@ -41,7 +41,7 @@ def test_a_timed_out_local_call_stops_the_server_generating(isolated_env: Path) 
         gen = HypothesisGenerator(backend.model, backend.name, "grammar", cache=MemoryCache(), llm=settings.llm,
                                   hyde=HydeSettings(min_hangul_chars=0), extra_settings=backend.extra_settings,
                                   max_concurrency=1, stream=backend.stream)
-        result = asyncio.run(gen.generate("Как сказать, что я хочу поехать в Пусан?", n=1, timeout_s=0.5))
+        result = await gen.generate("Как сказать, что я хочу поехать в Пусан?", n=1, timeout_s=0.5)
         assert result.failure_reason == "timeout"
         assert backend.server is not None and backend.server.log_path is not None
         deadline = time.monotonic() + 60
@@ -76,10 +76,10 @@ def test_openai_and_compatible_backends_use_chat_completions(monkeypatch: pytest
         make_llm(Settings(llm=LLMSettings(provider="openai")))
 
 
-def test_server_down_gives_llm_error_fallback_reason() -> None:
+async def test_server_down_gives_llm_error_fallback_reason() -> None:
     backend = make_llm(Settings(llm=LLMSettings(base_url="http://127.0.0.1:9/v1", model="x")))  # connection refused
     gen = HypothesisGenerator(backend.model, backend.name, "docs", cache=MemoryCache(), hyde=HydeSettings(timeout_s=30))
-    result = asyncio.run(gen.generate("вопрос", n=2))
+    result = await gen.generate("вопрос", n=2)
     assert result.failure_reason == "llm_error" and len(result.errors) == 2
 
 

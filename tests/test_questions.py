@@ -133,7 +133,7 @@ def _pipeline(store, embedder, bm25, **questions) -> HydeRetriever:
     return HydeRetriever(retriever, factory, hs, questions=QuestionSettings(**questions))
 
 
-def test_a_document_matched_by_several_questions_is_returned_once(store, hash_embedder, bm25) -> None:
+async def test_a_document_matched_by_several_questions_is_returned_once(store, hash_embedder, bm25) -> None:
     _ingest_all(store, hash_embedder, bm25, _generator(_model([]), None))
     hr = _pipeline(store, hash_embedder, bm25)
     query = "как сказать по-корейски что я мечтаю поехать"
@@ -141,7 +141,7 @@ def test_a_document_matched_by_several_questions_is_returned_once(store, hash_em
                                             [hr.retriever.request(hr.retriever.encode([query]), 0, 10)])[0]
     assert [h.doc_id for h in raw_q[:3]] == ["g1", "g1", "g1"]  # three question points match ...
     for use_hyde in (False, True):
-        res = asyncio.run(hr.search("grammar", query, top_k=10, use_hyde=use_hyde, use_questions=True))
+        res = await hr.search("grammar", query, top_k=10, use_hyde=use_hyde, use_questions=True)
         ids = [d.id for d in res.results]
         assert len(ids) == len(set(ids)) == 3  # ... the document comes back once
         g1 = res.results[ids.index("g1")]
@@ -149,17 +149,17 @@ def test_a_document_matched_by_several_questions_is_returned_once(store, hash_em
         assert "question" not in g1.payload and g1.payload["pattern"] == "-고 싶다"
 
 
-def test_questions_channel_is_off_by_default_and_missing_index_is_not_an_error(store, hash_embedder, bm25) -> None:
+async def test_questions_channel_is_off_by_default_and_missing_index_is_not_an_error(store, hash_embedder, bm25) -> None:
     ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
     hr = _pipeline(store, hash_embedder, bm25)
-    off = asyncio.run(hr.search("grammar", "хочу поехать", use_hyde=False))
+    off = await hr.search("grammar", "хочу поехать", use_hyde=False)
     assert not off.used_questions and all(d.channels == (RAW,) for d in off.results)
-    missing = asyncio.run(hr.search("grammar", "хочу поехать", use_hyde=False, use_questions=True))
+    missing = await hr.search("grammar", "хочу поехать", use_hyde=False, use_questions=True)
     assert not missing.used_questions and missing.results
     assert any("ingest --questions" in e for e in missing.errors)
     on_by_setting = _pipeline(store, hash_embedder, bm25, enabled=True)
     _ingest_all(store, hash_embedder, bm25, _generator(_model([]), None))
-    assert asyncio.run(on_by_setting.search("grammar", "хочу поехать", use_hyde=False)).used_questions
+    assert (await on_by_setting.search("grammar", "хочу поехать", use_hyde=False)).used_questions
 
 
 def test_experiment_arms_route_the_questions_channel() -> None:
@@ -171,7 +171,10 @@ def test_experiment_arms_route_the_questions_channel() -> None:
     subject = next(f"user-{i}" for i in range(400) if four.arm(f"user-{i}") == "hyde+questions")
     d = decide(None, four, subject, default=False)
     assert (d.use_hyde, d.use_questions, d.reason) == (True, True, "experiment")
-    forced = decide(False, four, subject, default=False)
+    asked = decide(False, four, subject, default=False)  # (issue 13) the arm decides; the request is recorded
+    assert (asked.use_hyde, asked.use_questions, asked.reason, asked.requested) == (True, True, "experiment", False)
+    debug = Experiment(arms=four.arms, explicit_wins=True)
+    forced = decide(False, debug, subject, default=False)
     assert (forced.use_hyde, forced.use_questions, forced.reason) == (False, True, "explicit")
     assert decide(None, four, None, default=True).use_questions is None  # not enrolled: retriever default
     with pytest.raises(ValueError, match="arms"):

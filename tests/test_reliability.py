@@ -87,7 +87,7 @@ def _queries() -> list[str]:
     return out
 
 
-def test_1000_tool_calls_from_50_tasks_with_a_flaky_llm(corpus_store, tmp_path: Path, capsys) -> None:
+async def test_1000_tool_calls_from_50_tasks_with_a_flaky_llm(corpus_store, tmp_path: Path, capsys) -> None:
     store, embedder, bm25 = corpus_store
     settings = HydeSettings(n_hypotheses=1, timeout_s=TIMEOUT_S, cache="off")  # one LLM call per search
     model = simulated_model(LATENCY_MS, fail_rate=FAIL_RATE, hang_rate=HANG_RATE, seed=SEED)
@@ -114,9 +114,15 @@ def test_1000_tool_calls_from_50_tasks_with_a_flaky_llm(corpus_store, tmp_path: 
     async def main() -> None:
         await asyncio.gather(*(worker(w) for w in range(N_TASKS)))
 
+    from .test_no_stalls import _max_stall
+
+    done = asyncio.Event()
+    ticker = asyncio.create_task(_max_stall(done))
     started = time.perf_counter()
-    asyncio.run(main())
+    await main()
     wall_s = time.perf_counter() - started
+    done.set()
+    max_stall_ms = await ticker * 1000
 
     # zero failed tool calls: no exception, no error result, every call has results
     assert crashes == []
@@ -127,6 +133,7 @@ def test_1000_tool_calls_from_50_tasks_with_a_flaky_llm(corpus_store, tmp_path: 
 
     # the monitor saw every call, and every HyDE failure with its reason
     records = monitor.records()
+    monitor.flush()  # the JSONL is written by the monitor's writer thread
     jsonl = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     assert monitor.total == len(records) == len(jsonl) == N_CALLS
     assert sum(a.count for a in monitor.aggregates().values()) == N_CALLS
@@ -155,7 +162,8 @@ def test_1000_tool_calls_from_50_tasks_with_a_flaky_llm(corpus_store, tmp_path: 
     assert wall_s < 120  # hangs are cut by the timeout; nothing waits for them
 
     figures = {
-        "calls": N_CALLS, "tasks": N_TASKS, "failed_tool_calls": len(crashes),
+        "calls": N_CALLS, "tasks": N_TASKS, "failed_tool_calls": len(crashes), "records": monitor.total,
+        "max_event_loop_stall_ms": round(max_stall_ms, 1),
         "llm": {"latency_ms": LATENCY_MS, "fail_rate": FAIL_RATE, "hang_rate": HANG_RATE, "hyde_timeout_s": TIMEOUT_S,
                 "injected_failures": fails, "injected_hangs": hangs},
         "used_hyde": by_monitor[None], "fallbacks": dict(sorted(reasons.items())),

@@ -41,7 +41,7 @@ def test_cross_encoder_scores_pairs(tiny_cross_encoder: Path) -> None:
     assert reranker.scores("q", []) == []
 
 
-def test_reranker_in_the_pipeline_orders_by_cross_encoder(tiny_cross_encoder: Path, tmp_path: Path, hash_embedder, bm25) -> None:
+async def test_reranker_in_the_pipeline_orders_by_cross_encoder(tiny_cross_encoder: Path, tmp_path: Path, hash_embedder, bm25) -> None:
     from hyde_tutor import EdgeStore
     from hyde_tutor.config import HydeSettings
     from hyde_tutor.hyde import HydeRetriever
@@ -54,7 +54,7 @@ def test_reranker_in_the_pipeline_orders_by_cross_encoder(tiny_cross_encoder: Pa
     ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
     reranker = CrossEncoderReranker(tiny_cross_encoder)
     hr = HydeRetriever(Retriever(store, hash_embedder, bm25), lambda d: None, HydeSettings(enabled=False), reranker=reranker)  # type: ignore[arg-type,return-value]
-    res = asyncio.run(hr.search("grammar", "хочу поехать", top_k=4))
+    res = await hr.search("grammar", "хочу поехать", top_k=4)
     store.close()
     from hyde_tutor.documents import payload_text
 

@@ -162,6 +162,7 @@ def test_api_key_never_reaches_logs_metrics_or_spans(isolated_env: Path, hash_em
     assert authorizations and all(a == f"Bearer {LLM_KEY}" for a in authorizations)  # the key was really in use
     records = monitor.records()
     assert [r.used_hyde for r in records] == [True, False] and records[1].fallback_reason == "llm_error"
+    monitor.flush()  # the JSONL is written by the monitor's writer thread
     places = {
         "logs": "\n".join(f"{r.name} {r.getMessage()} {r.__dict__}" for r in caplog.records),
         "metrics.jsonl": (isolated_env / "metrics.jsonl").read_text(encoding="utf-8"),
@@ -275,7 +276,7 @@ def test_user_text_cannot_change_the_collection_or_add_filters(store_with_secret
     assert [r.collection for r in monitor.records()] == [collection]
 
 
-def test_direct_tool_call_with_smuggled_arguments_is_refused(store_with_secrets, hash_embedder, bm25) -> None:
+async def test_direct_tool_call_with_smuggled_arguments_is_refused(store_with_secrets, hash_embedder, bm25) -> None:
     from pydantic import ValidationError
 
     spy = SpyStore(store_with_secrets)
@@ -284,5 +285,5 @@ def test_direct_tool_call_with_smuggled_arguments_is_refused(store_with_secrets,
     ctx = tool_context(TutorDeps(hr))
     for smuggled in ({"collection": "secrets"}, {"filter": {"owner": "admin"}}, {"query_filter": "owner=admin"}):
         with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
-            asyncio.run(call_tool(HydeSearchToolset(), ctx, "docs_search", {"query": INJECTION, **smuggled}))
+            await call_tool(HydeSearchToolset(), ctx, "docs_search", {"query": INJECTION, **smuggled})
     assert spy.collections == []  # refused before the store was touched

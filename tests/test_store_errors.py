@@ -58,3 +58,46 @@ def test_a_bad_setting_is_one_line_naming_the_variable(isolated_env: Path, monke
     monkeypatch.delenv("HYDE_HYDE__N_HYPOTHESES")
     result = CliRunner().invoke(app, ["ab-report"])
     assert result.exit_code == 2 and "HYDE_RETRIEVAL__TOP_K='zero'" in result.output
+
+
+def test_eval_reports_a_bad_qrels_score_and_a_bad_query_line_with_file_and_line(tiny_beir: Path) -> None:
+    from hyde_tutor.errors import HydeTutorError
+    from hyde_tutor.evaluation import load_beir
+
+    qrels = tiny_beir / "qrels" / "test.tsv"
+    good = qrels.read_text(encoding="utf-8")
+    qrels.write_text(good + "q9\tg-b01\thigh\n", encoding="utf-8")
+    n = len(good.splitlines()) + 1
+    with pytest.raises(HydeTutorError, match=rf"test\.tsv:{n}: the score 'high' is not an integer"):
+        load_beir(tiny_beir)
+    result = CliRunner().invoke(app, ["eval", "--collection", "grammar", "--dataset", str(tiny_beir)])
+    assert result.exit_code == 2 and f"test.tsv:{n}: the score 'high'" in result.output and "Traceback" not in result.output
+    qrels.write_text(good, encoding="utf-8")
+    queries = tiny_beir / "queries.jsonl"
+    queries.write_text(queries.read_text(encoding="utf-8") + '{"id": "q3", "text": "нет _id"}\n', encoding="utf-8")
+    with pytest.raises(HydeTutorError, match=r'queries\.jsonl:3: expected a JSON object with "_id" and "text" \(KeyError'):
+        load_beir(tiny_beir)
+
+
+@pytest.mark.parametrize("backend", ["edge", "qdrant-client-local"])
+def test_ingest_sync_deletes_documents_that_left_the_file(isolated_env: Path, small_corpus: Path, monkeypatch, backend) -> None:
+    if backend != "edge":
+        monkeypatch.setenv("HYDE_QDRANT__LOCAL", "true")
+    runner = CliRunner()
+    assert runner.invoke(app, ["ingest", "--collection", "grammar", "--file", str(small_corpus)]).exit_code == 0
+    lines = small_corpus.read_text(encoding="utf-8").splitlines()
+    fewer = isolated_env / "fewer.jsonl"
+    fewer.write_text("\n".join(lines[:-2]) + "\n", encoding="utf-8")
+    plain = runner.invoke(app, ["ingest", "--collection", "grammar", "--file", str(fewer)])
+    assert f"{len(lines)} points in collection" in plain.output  # without --sync nothing is deleted
+    synced = runner.invoke(app, ["ingest", "--collection", "grammar", "--file", str(fewer), "--sync"])
+    assert synced.exit_code == 0, synced.output
+    assert "2 deleted (no longer in the file)" in synced.output and f"{len(lines) - 2} points in collection" in synced.output
+    again = runner.invoke(app, ["ingest", "--collection", "grammar", "--file", str(fewer), "--sync"])
+    assert "0 deleted" in again.output
+    broken = isolated_env / "broken.jsonl"
+    broken.write_text("\n".join(lines[:2]) + "\n{not json\n", encoding="utf-8")
+    refused = runner.invoke(app, ["ingest", "--collection", "grammar", "--file", str(broken), "--sync"])
+    assert refused.exit_code == 2 and "--sync refused" in refused.output
+    out = runner.invoke(app, ["search", "хочу", "--collection", "grammar", "--no-hyde", "--json"])
+    assert f'"results"' in out.output  # the collection still serves

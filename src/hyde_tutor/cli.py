@@ -89,11 +89,14 @@ def ingest(
         help="Also write K learner questions per document with the LLM (write-time HyDE), searched as the questions channel.",
     )] = None,
     regenerate: Annotated[bool, typer.Option("--regenerate", help="With --questions: ignore the question cache.")] = False,
+    sync: Annotated[bool, typer.Option(
+        "--sync", help="Also delete the points of documents that are no longer in the file (reports how many).")] = False,
 ) -> None:
     """Ingest a JSONL file. Re-running writes only new or changed documents (and their questions)."""
     settings = Settings()
     with _retriever() as r:
-        report = ingest_file(file, collection, r.store, r.dense, r.sparse, recreate=recreate, batch_size=settings.index.batch_size)
+        report = ingest_file(file, collection, r.store, r.dense, r.sparse, recreate=recreate,
+                             batch_size=settings.index.batch_size, sync=sync)
         typer.echo(report.summary())
         if questions:
             typer.echo(_ingest_questions(settings, r, file, collection, questions, regenerate, recreate))
@@ -154,8 +157,12 @@ def _hit_line(rank: int, hit: Hit) -> str:
 
 
 def _hyde(settings: Settings | None = None) -> HydeRetriever:
+    from .llm import describe_backend
+
+    settings = settings or Settings()
+    typer.echo(f"LLM for HyDE: {describe_backend(settings)} (pin with HYDE_LLM__PROVIDER)", err=True)
     try:
-        return HydeRetriever.from_settings(settings or Settings())
+        return HydeRetriever.from_settings(settings)
     except HydeTutorError as exc:
         _fail(str(exc))
         raise  # unreachable
@@ -527,7 +534,6 @@ def chat(
     token = settings.monitor.logfire_token
     configure_logfire(token.get_secret_value() if token else None)
     interactive = sys.stdin.isatty()
-    typer.echo(f"LLM: {describe_backend(settings)}", err=True)
     try:
         llm = make_llm(settings)
     except HydeTutorError as exc:
@@ -557,6 +563,7 @@ def chat(
     try:
         chat_loop(agent, deps, read, typer.echo, show_time=True)
     finally:
+        monitor.flush()
         hr.close()
         llm.close()
 

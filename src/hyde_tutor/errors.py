@@ -33,6 +33,8 @@ class EmbedderMismatchError(HydeTutorError):
             f"it: hyde-tutor ingest --collection {collection} --file PATH --recreate"
         )
         self.collection = collection
+        self.built_with = built_with
+        self.configured = configured
 
 
 class StoreLockedError(HydeTutorError):

@@ -53,17 +53,33 @@ def load_beir(root: Path, split: str = "test") -> BeirDataset:
             raise HydeTutorError(f"BEIR dataset {root} lacks {p.relative_to(root)}.")
     qrels: dict[str, dict[str, int]] = {}
     with qrels_path.open(encoding="utf-8") as fh:
-        for row in csv.reader(fh, delimiter="\t"):
-            if len(row) < 3 or row[0] == "query-id":
+        for no, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
+            if not row or row[0] == "query-id":
                 continue
-            qrels.setdefault(row[0], {})[row[1]] = int(row[2])
+            if len(row) < 3:
+                raise HydeTutorError(f"{qrels_path}:{no}: expected query-id<TAB>corpus-id<TAB>score, got {row!r}.")
+            try:
+                qrels.setdefault(row[0], {})[row[1]] = int(row[2])
+            except ValueError:
+                raise HydeTutorError(
+                    f"{qrels_path}:{no}: the score {row[2]!r} is not an integer (BEIR relevance: 0, 1, 2, ...)."
+                ) from None
     queries = []
     with queries_path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
+        for no, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
                 obj = json.loads(line)
-                if obj["_id"] in qrels:
-                    queries.append(EvalQuery(obj["_id"], obj["text"], query_group(obj.get("metadata"))))
+                qid, text = str(obj["_id"]), obj["text"]
+                if not isinstance(text, str):
+                    raise TypeError("text is not a string")
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise HydeTutorError(
+                    f"{queries_path}:{no}: expected a JSON object with \"_id\" and \"text\" ({type(exc).__name__}: {exc})."
+                ) from None
+            if qid in qrels:
+                queries.append(EvalQuery(qid, text, query_group(obj.get("metadata"))))
     return BeirDataset(root, queries, qrels)
 
 

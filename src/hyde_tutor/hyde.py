@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +47,7 @@ from .sparse import SparseVec
 from .store import Hit, questions_collection
 from .validation import validate_query, validate_top_k
 
+_log = logging.getLogger("hyde_tutor")
 FusionMode = Literal["rrf", "max", "mean", "score"]
 HydeLegs = Literal["both", "dense", "sparse"]
 """Which legs of the hybrid search a hypothesis replaces the query in (peer libraries: dense only)."""
@@ -95,6 +98,15 @@ class HydeResult:
 
 
 GeneratorFactory = Callable[[Domain], HypothesisGenerator]
+
+
+@dataclass(frozen=True, slots=True)
+class BackendFailure:
+    """The LLM backend failed to start: how often, when to try again, and why."""
+
+    attempts: int
+    retry_at: float
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +183,8 @@ class HydeRetriever:
         self.domains: dict[str, Domain] = dict(self.settings.domains if domains is None else domains)
         self._factory = generator_factory
         self._generators: dict[Domain, HypothesisGenerator] = {}
+        self._build_lock = threading.Lock()
+        self._backend_failure: BackendFailure | None = None
         self.closers: list[Callable[[], None]] = []
 
     @classmethod
@@ -198,6 +212,9 @@ class HydeRetriever:
         from .llm import resolve_provider
 
         weak = resolve_provider(settings.llm) == "local"  # the embedded model gets the guarded policy
+        from .llm import describe_backend
+
+        _log.info("hyde-tutor LLM backend for HyDE: %s", describe_backend(settings))
         instance = cls(retriever, factory, settings.hyde, reranker=reranker, questions=settings.questions,
                        weak_model=weak)
         return instance
@@ -214,10 +231,42 @@ class HydeRetriever:
         self.close()
 
     def generator(self, collection: str) -> HypothesisGenerator:
+        """The collection's hypothesis generator, built on first use (this may start the LLM backend,
+        which can block for seconds: the pipeline calls it off the event loop).
+
+        A failed build is remembered: until its backoff (5 s, doubling to 5 min) has passed, further
+        calls fail at once with :class:`~hyde_tutor.llm.LLMUnavailableError` instead of trying again.
+        """
         domain = self.domains.get(collection, self.settings.default_domain)
-        if domain not in self._generators:
-            self._generators[domain] = self._factory(domain)
-        return self._generators[domain]
+        if domain in self._generators:
+            return self._generators[domain]
+        if not self._build_lock.acquire(timeout=0.05):  # another search is starting the backend: do not pile up
+            from .llm import LLMUnavailableError  # worker threads behind it (the raw channel needs them too)
+
+            raise LLMUnavailableError("The LLM backend is still starting; this search uses plain retrieval.")
+        try:
+            if domain in self._generators:
+                return self._generators[domain]
+            failure = self._backend_failure
+            if failure is not None and time.monotonic() < failure.retry_at:
+                from .llm import LLMUnavailableError
+
+                raise LLMUnavailableError(
+                    f"The LLM backend failed to start ({failure.attempts}x, last: {failure.message}); "
+                    f"next try in {failure.retry_at - time.monotonic():.0f} s."
+                )
+            try:
+                self._generators[domain] = self._factory(domain)
+            except Exception as exc:
+                attempts = failure.attempts + 1 if failure else 1
+                self._backend_failure = BackendFailure(
+                    attempts, time.monotonic() + min(300.0, 5.0 * 2 ** (attempts - 1)), f"{type(exc).__name__}: {exc}"[:200]
+                )
+                raise
+            self._backend_failure = None
+            return self._generators[domain]
+        finally:
+            self._build_lock.release()
 
     # -- the pipeline ---------------------------------------------------------------------------
     async def search(
@@ -256,7 +305,8 @@ class HydeRetriever:
         text = validate_query(query, self.retriever.settings.max_query_chars)
         top_k = validate_top_k(top_k if top_k is not None else self.retriever.settings.top_k)
         fusion = fusion or self.policy.fusion
-        self.retriever.check_collection(collection)
+        if collection not in self.retriever._checked:  # the first time reads the collection's files: off the loop
+            await asyncio.to_thread(self.retriever.check_collection, collection)
         candidates = rerank_candidates or self.settings.rerank_candidates
         depth = max(top_k, candidates if self.reranker else top_k, AGREEMENT_DEPTH)
         if fusion == "score":
@@ -289,12 +339,22 @@ class HydeRetriever:
         return True
 
     async def _generate(self, collection: str, text: str, n: int | None) -> GenerationResult:
+        """Start the backend if needed (in a worker thread) and write the hypotheses, all within
+        ``timeout_s``: neither a slow backend start nor a hung call stalls the event loop or the search."""
         n = n or self.policy.n_hypotheses
+        started = time.perf_counter()
+
+        async def build_and_generate() -> GenerationResult:
+            generator = await asyncio.to_thread(self.generator, collection)
+            return await generator.generate(text, n)
+
         try:
             with logfire.span("hyde.generate", n=n):
-                return await self.generator(collection).generate(text, n)
+                return await asyncio.wait_for(build_and_generate(), self.settings.timeout_s)
+        except (asyncio.TimeoutError, TimeoutError):
+            return GenerationResult(timeouts=1, seconds=time.perf_counter() - started)
         except Exception as exc:  # noqa: BLE001 - e.g. the LLM backend could not start
-            return GenerationResult(errors=[f"{type(exc).__name__}: {exc}"[:300]])
+            return GenerationResult(errors=[f"{type(exc).__name__}: {exc}"[:300]], seconds=time.perf_counter() - started)
 
     async def _timed_raw(
         self, collection: str, text: str, depth: int, questions: bool = False

@@ -139,7 +139,11 @@ class MemoryCache:
 
 
 class DiskCache:
-    """SQLite file cache (survives restarts: evaluation re-runs cost no LLM calls)."""
+    """SQLite file cache (survives restarts: evaluation re-runs cost no LLM calls).
+
+    Its calls touch the disk, so the generator makes them in a worker thread (``blocking``)."""
+
+    blocking = True
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -342,9 +346,20 @@ class HypothesisGenerator:
             self._gates[loop_id] = asyncio.Semaphore(self.max_concurrency)
         return self._gates[loop_id]
 
+    async def _cache_get(self, key: str) -> str | None:
+        if getattr(self.cache, "blocking", False):
+            return await asyncio.to_thread(self.cache.get, key)
+        return self.cache.get(key)
+
+    async def _cache_set(self, key: str, value: str) -> None:
+        if getattr(self.cache, "blocking", False):
+            await asyncio.to_thread(self.cache.set, key, value)
+        else:
+            self.cache.set(key, value)
+
     async def _one(self, query: str, perspective: Perspective, timeout: float) -> _Outcome:
         key = cache_key(self.model_name, self.prompt_ref, query, perspective.name)
-        cached = self.cache.get(key)
+        cached = await self._cache_get(key)
         if cached is not None:
             return _Outcome(perspective.name, cached, cached=True)
         try:
@@ -360,5 +375,5 @@ class HypothesisGenerator:
         except Exception as exc:  # noqa: BLE001 - any backend failure becomes a recorded reason
             return _Outcome(perspective.name, error=f"{type(exc).__name__}: {exc}"[:300])
         if run.text.strip():
-            self.cache.set(key, run.text)
+            await self._cache_set(key, run.text)
         return _Outcome(perspective.name, run.text, usage=TokenUsage(run.requests, run.input_tokens, run.output_tokens))

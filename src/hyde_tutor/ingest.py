@@ -33,6 +33,8 @@ class IngestReport:
     bad_lines: list[CorpusFormatError] = field(default_factory=list)
     seconds: float = 0.0
     points_in_collection: int = 0
+    deleted: int | None = None
+    """With ``sync``: points of documents no longer in the input, deleted (None: not synced)."""
 
     @property
     def ok(self) -> bool:
@@ -43,7 +45,9 @@ class IngestReport:
         lines = [
             f"{self.collection}: {self.documents} documents read from {self.source}; "
             f"{self.written} written, {self.unchanged} unchanged (skipped), "
-            f"{len(self.bad_lines)} bad lines; {self.points_in_collection} points in collection; "
+            f"{len(self.bad_lines)} bad lines; "
+            + ("" if self.deleted is None else f"{self.deleted} deleted (no longer in the file); ")
+            + f"{self.points_in_collection} points in collection; "
             f"{self.seconds:.1f} s ({rate:.0f} docs/s)"
         ]
         lines += [f"  skipped {err}" for err in self.bad_lines]
@@ -82,8 +86,13 @@ def ingest_documents(
     batch_size: int = 64,
     progress: bool = True,
     source: str = "<memory>",
+    sync: bool = False,
 ) -> IngestReport:
-    """Write ``documents`` into ``collection``; re-running with the same input writes nothing."""
+    """Write ``documents`` into ``collection``; re-running with the same input writes nothing.
+
+    ``sync`` also deletes the points of documents that are no longer in ``documents`` (refused when
+    the input had bad lines: a document on a bad line is not gone, it is unreadable).
+    """
     started = time.perf_counter()
     report = IngestReport(collection=collection, source=source, documents=len(documents))
     spec = _ensure_collection(collection, store, dense, sparse, documents, recreate)
@@ -98,7 +107,13 @@ def ingest_documents(
                 store.upsert(collection, _points(todo, dense, encoder))
                 report.written += len(todo)
             bar.update(len(batch))
-    if report.written:
+    if sync:
+        keep = {d.point_id for d in documents}
+        stale = [pid for pid in store.point_ids(collection) if pid not in keep]
+        if stale:
+            store.delete_points(collection, stale)
+        report.deleted = len(stale)
+    if report.written or report.deleted:
         store.finish_ingest(collection)
     report.points_in_collection = store.count(collection)
     report.seconds = time.perf_counter() - started
@@ -108,6 +123,11 @@ def ingest_documents(
 def ingest_file(path: Path, collection: str, store: VectorStore, dense: DenseEmbedder, sparse: Bm25Encoder, **kwargs: object) -> IngestReport:
     """Read a JSONL file (project formats or BEIR corpus) and ingest it."""
     documents, errors = read_documents(Path(path))
+    if kwargs.get("sync") and errors:
+        raise HydeTutorError(
+            f"--sync refused: {path} has {len(errors)} bad line(s) (first: {errors[0]}); a document on a bad line "
+            "would be deleted from the collection. Fix the lines, or ingest without --sync."
+        )
     report = ingest_documents(documents, collection, store, dense, sparse, source=str(path), **kwargs)  # type: ignore[arg-type]
     report.bad_lines = errors
     return report

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import json
+import queue
 import threading
+import warnings
 import time
 from collections import defaultdict, deque
 from collections.abc import Iterable
@@ -74,21 +77,48 @@ class Monitor:
         self._lock = threading.Lock()
         self._by_arm: dict[str, deque[RetrievalRecord]] = defaultdict(lambda: deque(maxlen=window))
         self.total = 0
+        self._lines: queue.Queue[str] = queue.Queue()
+        self._writer: threading.Thread | None = None
         if jsonl_path is not None:
             jsonl_path.parent.mkdir(parents=True, exist_ok=True)
 
     def record(self, rec: RetrievalRecord) -> None:
+        """Keep the record (in memory at once; on disk through a writer thread, so a tool call running
+        in the event loop never waits for the file)."""
         line = json.dumps(asdict(rec), ensure_ascii=False)
         with self._lock:
             self._by_arm[rec.arm].append(rec)
             self.total += 1
             if self.jsonl_path is not None:
-                with self.jsonl_path.open("a", encoding="utf-8") as fh:
-                    fh.write(line + "\n")
+                self._lines.put(line)
+                if self._writer is None:
+                    self._writer = threading.Thread(target=self._write_lines, name="hyde-monitor-jsonl", daemon=True)
+                    self._writer.start()
+                    atexit.register(self.flush)
         attrs = {"arm": rec.arm, "fallback_reason": rec.fallback_reason or "none", "collection": rec.collection}
         _counter.add(1, attrs)
         for stage, ms in rec.stages_ms.items():
             _stage_ms.record(ms, {"arm": rec.arm, "stage": stage.removesuffix("_ms")})
+
+    def _write_lines(self) -> None:
+        assert self.jsonl_path is not None
+        while True:
+            line = self._lines.get()
+            try:
+                with self.jsonl_path.open("a", encoding="utf-8") as fh:
+                    fh.write(line + "\n")
+                    while not self._lines.empty():  # write a burst with one open
+                        self._lines.task_done()
+                        fh.write(self._lines.get_nowait() + "\n")
+            except OSError as exc:  # a full disk must not take the tutor down: keep the record in memory
+                warnings.warn(f"metrics JSONL {self.jsonl_path}: {exc}", RuntimeWarning, stacklevel=1)
+            finally:
+                self._lines.task_done()
+
+    def flush(self) -> None:
+        """Wait until every record so far is in the JSONL file."""
+        if self._writer is not None:
+            self._lines.join()
 
     def records(self, arm: str | None = None) -> list[RetrievalRecord]:
         with self._lock:

@@ -4,9 +4,10 @@
     agent = Agent(model, deps_type=TutorDeps, toolsets=[toolset])
     await agent.run("...", deps=TutorDeps(retriever=hyde_retriever, subject_id="user-42"))
 
-Bad arguments come back to the model as a retry message (``ModelRetry``); a store failure comes
-back as a clear tool result saying search is unavailable; a HyDE failure is a silent fallback to
-plain retrieval (recorded by the monitor). A chat turn never crashes because of retrieval.
+Bad arguments come back to the model as a retry message (``ModelRetry``); a store failure is a
+failed tool result (``ToolFailed``: it does not spend the retry budget) saying search is unavailable,
+in words without paths or engine internals; a HyDE failure is a silent fallback to plain retrieval
+(recorded by the monitor). A chat turn never crashes because of retrieval.
 """
 
 from __future__ import annotations
@@ -16,10 +17,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pydantic_ai import ModelRetry, RunContext
+from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.capabilities import Toolset
 from pydantic_ai.toolsets import FunctionToolset
 
-from .errors import HydeTutorError, QueryValidationError
+from .errors import (
+    CollectionNotFoundError,
+    EmbedderMismatchError,
+    HydeTutorError,
+    QueryValidationError,
+    StoreLockedError,
+    StoreUnavailableError,
+)
 from .experiment import Experiment, ReloadableExperiment, decide
 from .hyde import HydeResult, HydeRetriever, RetrievedDoc
 from .monitor import Monitor, RetrievalRecord
@@ -108,7 +117,7 @@ async def search_with_deps(
     except HydeTutorError as exc:
         record.error = type(exc).__name__
         _record(deps.monitor, record)
-        return {"error": f"{tool} is unavailable right now: {exc}", "results": []}
+        raise ToolFailed(tool_failure_message(exc, tool, collection)) from exc
     _fill(record, result)
     _record(deps.monitor, record)
     compact = [compact_result(d) for d in result.results]
@@ -116,12 +125,34 @@ async def search_with_deps(
     return {"results": compact, "used_hyde": result.used_hyde, "fallback_reason": result.fallback_reason}
 
 
+def tool_failure_message(exc: HydeTutorError, tool: str, collection: str) -> str:
+    """What the model is told when a search cannot run: what happened and what the operator can do, in
+    words, never the raw exception (which may carry file paths or engine internals)."""
+    if isinstance(exc, StoreLockedError):
+        why = "the search store is locked by another process"
+    elif isinstance(exc, CollectionNotFoundError):
+        why = f"the collection {collection!r} does not exist yet (the operator must run: hyde-tutor ingest " \
+              f"--collection {collection} --file PATH)"
+    elif isinstance(exc, EmbedderMismatchError):
+        why = (f"the collection {collection!r} was built with {exc.built_with}, not with the configured "
+               f"{exc.configured} (the operator must rebuild it with --recreate)")
+    elif isinstance(exc, StoreUnavailableError) and "deleted" in str(exc):
+        why = (f"the files of the collection {collection!r} were deleted (the operator must rebuild it: hyde-tutor "
+               f"ingest --collection {collection} --file PATH --recreate)")
+    elif isinstance(exc, StoreUnavailableError):
+        why = "the search store is unreachable or damaged"
+    else:
+        why = f"the search failed ({type(exc).__name__})"
+    return (f"{tool} is unavailable right now: {why}. Do not call it again in this turn; answer from your own "
+            f"knowledge and tell the learner that the reference search is unavailable.")
+
+
 async def search_for_context(deps: TutorDeps, tool: str, collection: str, query: str, top_k: int) -> list[dict[str, Any]]:
     """A search run on the model's behalf (retrieval-first): the tools' decision, records and results,
     with no error raised: a bad query or an unavailable store gives an empty list."""
     try:
         result = await search_with_deps(deps, tool, collection, query, top_k, None)
-    except ModelRetry:
+    except (ModelRetry, ToolFailed):
         return []
     return list(result.get("results", []))
 

@@ -64,5 +64,17 @@ class OpenAIEmbedder:
             raise EmbedderError(
                 f"OpenAI embeddings failed with HTTP {response.status_code}: {response.text[:300]}"
             )
-        data = sorted(response.json()["data"], key=lambda item: item["index"])
-        return l2_normalise(np.array([item["embedding"] for item in data], dtype=np.float32))
+        try:
+            data = sorted(response.json()["data"], key=lambda item: item["index"])
+            vectors = np.array([item["embedding"] for item in data], dtype=np.float32)
+        except (ValueError, KeyError, TypeError) as exc:  # not JSON, or not an embeddings response
+            raise EmbedderError(
+                f"The embeddings endpoint {self.base_url} answered HTTP 200 with something that is not an "
+                f"embeddings response ({type(exc).__name__}: {str(exc)[:120]}; body starts {response.text[:80]!r}). "
+                "Check HYDE_OPENAI__BASE_URL points at an OpenAI-compatible /v1."
+            ) from exc
+        if vectors.ndim != 2 or len(vectors) != len(texts):
+            raise EmbedderError(
+                f"The embeddings endpoint {self.base_url} returned {len(vectors)} vectors for {len(texts)} texts."
+            )
+        return l2_normalise(vectors)

@@ -105,6 +105,16 @@ class QdrantClientStore:
     def count(self, name: str) -> int:
         return int(self._call(self.client.count, collection_name=name, exact=True).count)
 
+    def point_ids(self, name: str) -> list[str]:
+        ids: list[str] = []
+        offset: Any = None
+        while True:
+            records, offset = self._call(self.client.scroll, collection_name=name, limit=1000, offset=offset,
+                                         with_payload=False, with_vectors=False)
+            ids += [str(r.id) for r in records]
+            if offset is None:
+                return ids
+
     def finish_ingest(self, name: str) -> None:
         """Servers index in the background; nothing to do."""
 

@@ -202,6 +202,16 @@ class EdgeStore:
     def count(self, name: str) -> int:
         return int(self._call(name, lambda shard: shard.count(qe.CountRequest(exact=True))))
 
+    def point_ids(self, name: str) -> list[str]:
+        ids: list[str] = []
+        offset: Any = None
+        while True:
+            request = qe.ScrollRequest(limit=1000, with_payload=False, **({"offset": offset} if offset else {}))
+            records, offset = self._call(name, lambda shard: shard.scroll(request))
+            ids += [str(r.id) for r in records]
+            if offset is None:
+                return ids
+
     def finish_ingest(self, name: str) -> None:
         """Build the HNSW index now (not at first query) and flush to disk."""
         self._call(name, lambda shard: (shard.optimize(), shard.flush()))
