@@ -49,7 +49,7 @@ def test_chat_loop_survives_a_failing_model_and_a_looping_one(hyde_retriever) ->
     lines = iter(["хочу поехать", None])
     assert chat_loop(build_tutor_agent(FunctionModel(broken)), TutorDeps(hyde_retriever), lambda: next(lines), out.append) == 1
     # the model failed before any search: the turn searched on its behalf and shows what it found
-    assert out[-1].startswith("[модель не смогла ответить (ConnectionError: server down)]")
+    assert out[-1].startswith("[модель не смогла ответить (ConnectionError)]")  # the type, not the raw message
     assert "Вот что нашлось в справочнике:\n1. " in out[-1] and "-고 싶다" in out[-1] and "None" not in out[-1]
 
     def loops(messages, info):  # always calls the tool again
@@ -59,7 +59,7 @@ def test_chat_loop_survives_a_failing_model_and_a_looping_one(hyde_retriever) ->
     lines = iter(["привет", None])
     chat_loop(build_tutor_agent(FunctionModel(loops)), TutorDeps(hyde_retriever, monitor=Monitor()),
               lambda: next(lines), out.append, max_requests=3)
-    assert "request_limit" in out[-1] or "limit" in out[-1]
+    assert "(UsageLimitExceeded)" in out[-1]  # the error's type; its text goes to the log, not the learner
     assert "\n1. " in out[-1] and "-고 싶다" in out[-1]  # the entries the looping tool calls found are shown, not only the error
 
 

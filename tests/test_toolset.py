@@ -83,7 +83,7 @@ def test_agent_calls_grammar_search_and_answers_from_it(hyde_retriever, capfire)
 
     assert result.output == "Ответ: используйте -고 싶다"
     assert spy_calls == [("grammar", "хотеть 가고 싶어요", {"top_k": 5, "use_hyde": True, "rerank_candidates": None,
-                                                           "use_questions": False})]
+                                                           "use_questions": False, "domain": "grammar"})]
     tool_result = seen[0].content
     assert tool_result["used_hyde"] is True and tool_result["results"][0]["id"] == "g1"
     assert "vector" not in json.dumps(tool_result)

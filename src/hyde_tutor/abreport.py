@@ -45,8 +45,8 @@ Grouping = Literal["assigned", "received"]
 def group_of(rec: dict[str, Any], by: Grouping = "assigned") -> str:
     """``assigned``: the subject's arm (intention to treat). ``received``: the treatment actually given
     (``hyde`` when HyDE was attempted, else ``raw``)."""
-    if by == "received":
-        return "hyde" if rec.get("use_hyde") else "raw"
+    if by == "received":  # the questions channel is a treatment too: keep it apart from hyde vs raw
+        return ("hyde" if rec.get("use_hyde") else "raw") + ("+questions" if rec.get("used_questions") else "")
     return str(rec.get("arm", "unassigned"))
 
 

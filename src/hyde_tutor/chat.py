@@ -13,6 +13,7 @@ found and one line saying the model could not answer.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,8 +25,10 @@ from pydantic_ai.usage import UsageLimits
 
 from .monitor import Monitor, RetrievalRecord
 from .retrieve_first import TUTOR_MODES, HydeTutor, TutorMode, format_entries
-from .toolset import TutorDeps, search_for_context
+from .errors import HydeTutorError
+from .toolset import TutorDeps, compact_result
 
+_log = logging.getLogger("hyde_tutor")
 ChatMode = TutorMode
 CHAT_MODES = TUTOR_MODES
 
@@ -100,25 +103,35 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
 
 
 def _fallback_reply(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str, reason: str) -> str:
+    _log.warning("tutor turn: the model could not answer: %s", reason)
     entries = list(deps.found)
-    if not entries:  # the model failed before any search: search on its behalf
+    if not entries:  # the model failed before any search: search on its behalf (plain, not recorded as A/B)
         entries = _search_now(deps, question)
-    line = f"[модель не смогла ответить ({reason})]"
+    kind = reason.split(":", 1)[0]  # the type only: the message may carry API bodies or file paths
+    line = f"[модель не смогла ответить ({kind})]"
     if not entries:
         return line + "\nВ справочнике ничего не нашлось; попробуйте переформулировать вопрос."
     return line + "\nВот что нашлось в справочнике:\n" + format_entries(entries, max_chars=2400)
 
 
 def _search_now(deps: TutorDeps, question: str) -> list[dict[str, Any]]:
-    """Search grammar then docs for ``question`` the way the tools would, outside an agent run."""
-    import asyncio
+    """Plain search of grammar then docs for ``question``, outside an agent run and outside the A/B
+    records, on the same event loop ``Agent.run_sync`` uses (a second loop would strand the model's
+    HTTP connections)."""
+    from pydantic_ai._utils import get_event_loop
 
     async def both() -> list[dict[str, Any]]:
-        found = await search_for_context(deps, "grammar_search", "grammar", question, 3)
-        return found + await search_for_context(deps, "docs_search", "docs", question, 2)
+        found: list[dict[str, Any]] = []
+        for collection, k in (("grammar", 3), ("docs", 2)):
+            try:
+                result = await deps.retriever.search(collection, question, top_k=k, use_hyde=False)
+            except HydeTutorError:
+                continue
+            found += [compact_result(d) for d in result.results]
+        return found
 
     try:
-        return asyncio.run(both())
+        return get_event_loop().run_until_complete(both())
     except Exception:  # noqa: BLE001 - the reply must still be written (e.g. called inside a running loop)
         return []
 

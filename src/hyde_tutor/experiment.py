@@ -123,7 +123,7 @@ class ReloadableExperiment:
         self._lock = threading.Lock()
         self._mtime = self._stat()
         self._checked = time.monotonic()
-        self._current = experiment_from_settings(Settings())
+        self._current = experiment_from_settings(Settings(_env_file=self.env_file))  # type: ignore[call-arg]
         self.last_error: str | None = None
         """The bad setting found at the last reload, if any (the running experiment was kept)."""
 
@@ -139,9 +139,9 @@ class ReloadableExperiment:
         with self._lock:
             self._mtime = self._stat()
             try:
-                self._current = experiment_from_settings(Settings())
+                self._current = experiment_from_settings(Settings(_env_file=self.env_file))  # type: ignore[call-arg]
                 self.last_error = None
-            except (ValidationError, ValueError) as exc:
+            except (ValidationError, ValueError, OSError) as exc:
                 message = _one_line(exc)
                 if message != self.last_error:
                     self.last_error = message

@@ -21,7 +21,7 @@ import numpy as np
 
 from .config import HydeSettings, QuestionSettings, Settings
 from .documents import payload_text
-from .errors import CollectionNotFoundError
+from .errors import CollectionNotFoundError, EmbedderError
 from .fusion import (
     agreement,
     channels_by_doc,
@@ -52,7 +52,7 @@ FusionMode = Literal["rrf", "max", "mean", "score"]
 HydeLegs = Literal["both", "dense", "sparse"]
 """Which legs of the hybrid search a hypothesis replaces the query in (peer libraries: dense only)."""
 FallbackReason = Literal[
-    "llm_error", "timeout", "not_recorded", "empty_hypotheses", "off_topic", "no_results", "disabled"
+    "llm_error", "timeout", "not_recorded", "empty_hypotheses", "off_topic", "no_results", "embed_error", "disabled"
 ]
 RAW = "raw"
 QUESTIONS = "questions"
@@ -184,6 +184,7 @@ class HydeRetriever:
         self._factory = generator_factory
         self._generators: dict[Domain, HypothesisGenerator] = {}
         self._build_lock = threading.Lock()
+        self._closed = False
         self._backend_failure: BackendFailure | None = None
         self.closers: list[Callable[[], None]] = []
 
@@ -220,6 +221,7 @@ class HydeRetriever:
         return instance
 
     def close(self) -> None:
+        self._closed = True
         for close in self.closers:
             close()
         self.retriever.close()
@@ -230,14 +232,19 @@ class HydeRetriever:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def generator(self, collection: str) -> HypothesisGenerator:
+    def domain_of(self, collection: str, domain: Domain | None = None) -> Domain:
+        """The hypothesis domain for a search: the caller's (a tool knows it searches grammar), else the
+        collection's in ``HYDE_HYDE__DOMAINS``, else ``default_domain``."""
+        return domain or self.domains.get(collection, self.settings.default_domain)
+
+    def generator(self, collection: str, domain: Domain | None = None) -> HypothesisGenerator:
         """The collection's hypothesis generator, built on first use (this may start the LLM backend,
         which can block for seconds: the pipeline calls it off the event loop).
 
         A failed build is remembered: until its backoff (5 s, doubling to 5 min) has passed, further
         calls fail at once with :class:`~hyde_tutor.llm.LLMUnavailableError` instead of trying again.
         """
-        domain = self.domains.get(collection, self.settings.default_domain)
+        domain = self.domain_of(collection, domain)
         if domain in self._generators:
             return self._generators[domain]
         if not self._build_lock.acquire(timeout=0.05):  # another search is starting the backend: do not pile up
@@ -264,6 +271,9 @@ class HydeRetriever:
                 )
                 raise
             self._backend_failure = None
+            if self._closed:  # close() ran while the backend was starting: do not leave it running
+                for close in self.closers:
+                    close()
             return self._generators[domain]
         finally:
             self._build_lock.release()
@@ -281,16 +291,18 @@ class HydeRetriever:
         include_raw: bool = True,
         rerank_candidates: int | None = None,
         use_questions: bool | None = None,
+        domain: Domain | None = None,
     ) -> HydeResult:
         """Run the pipeline for one query. Raises only for bad input or a failing store, never for HyDE.
 
         ``rerank_candidates`` overrides how many fused results the reranker (if configured) scores.
         ``use_questions`` adds the write-time questions channel (``ingest --questions K``); a collection
-        without questions simply skips it (noted in ``errors``).
+        without questions simply skips it (noted in ``errors``). ``domain`` picks the hypothesis domain
+        (the tools pass ``grammar`` / ``docs``); unset, the collection's (:meth:`domain_of`).
         """
         with logfire.span("hyde.search {collection}", collection=collection) as span:
             result = await self._search(collection, query, top_k, use_hyde, n_hypotheses, fusion, include_raw,
-                                        rerank_candidates, use_questions)
+                                        rerank_candidates, use_questions, domain)
             span.set_attributes({"used_hyde": result.used_hyde, "fallback_reason": result.fallback_reason or "",
                                  "n_hypotheses": len(result.hypotheses), "results": len(result.results),
                                  "used_questions": result.used_questions})
@@ -299,7 +311,7 @@ class HydeRetriever:
     async def _search(
         self, collection: str, query: Any, top_k: int | None, use_hyde: bool | None, n_hypotheses: int | None,
         fusion: FusionMode | None, include_raw: bool, rerank_candidates: int | None = None,
-        use_questions: bool | None = None,
+        use_questions: bool | None = None, domain: Domain | None = None,
     ) -> HydeResult:
         started = time.perf_counter()
         text = validate_query(query, self.retriever.settings.max_query_chars)
@@ -320,7 +332,7 @@ class HydeRetriever:
             base, raw_enc, raw_ms = await raw_task
             result = self._fallback(text, collection, base, "disabled", fusion)
         else:
-            generated = await self._generate(collection, text, n_hypotheses)
+            generated = await self._generate(collection, text, n_hypotheses, domain)
             base, raw_enc, raw_ms = await raw_task
             result = await self._with_hypotheses(text, collection, base, raw_enc, generated, fusion, include_raw, depth)
         result.timings.raw_ms = raw_ms
@@ -338,19 +350,21 @@ class HydeRetriever:
             return False
         return True
 
-    async def _generate(self, collection: str, text: str, n: int | None) -> GenerationResult:
+    async def _generate(self, collection: str, text: str, n: int | None, domain: Domain | None = None) -> GenerationResult:
         """Start the backend if needed (in a worker thread) and write the hypotheses, all within
         ``timeout_s``: neither a slow backend start nor a hung call stalls the event loop or the search."""
         n = n or self.policy.n_hypotheses
         started = time.perf_counter()
-
-        async def build_and_generate() -> GenerationResult:
-            generator = await asyncio.to_thread(self.generator, collection)
-            return await generator.generate(text, n)
+        domain = self.domain_of(collection, domain)
 
         try:
             with logfire.span("hyde.generate", n=n):
-                return await asyncio.wait_for(build_and_generate(), self.settings.timeout_s)
+                if domain in self._generators:
+                    generator = self._generators[domain]
+                else:  # starting the backend may block for seconds: a worker thread, within timeout_s
+                    generator = await asyncio.wait_for(asyncio.to_thread(self.generator, collection, domain),
+                                                       self.settings.timeout_s)
+                return await generator.generate(text, n)  # each call bounded by timeout_s; partial results kept
         except (asyncio.TimeoutError, TimeoutError):
             return GenerationResult(timeouts=1, seconds=time.perf_counter() - started)
         except Exception as exc:  # noqa: BLE001 - e.g. the LLM backend could not start
@@ -398,7 +412,13 @@ class HydeRetriever:
         else:
             t0 = time.perf_counter()
             with logfire.span("hyde.embed", n=len(gen.hypotheses)):
-                hyp_enc = await asyncio.to_thread(self.retriever.encode, [h.text for h in gen.hypotheses])
+                try:
+                    hyp_enc = await asyncio.to_thread(self.retriever.encode, [h.text for h in gen.hypotheses])
+                except EmbedderError as exc:  # e.g. a rate limit on the hypotheses' batch: raw results stand
+                    result = self._fallback(text, collection, base, "embed_error", fusion)
+                    result.errors = [f"{type(exc).__name__}: {exc}"[:300]]
+                    result.hypotheses = gen.hypotheses
+                    return result
             t1 = time.perf_counter()
             with logfire.span("hyde.store_search", fusion=fusion):
                 channels = await asyncio.to_thread(

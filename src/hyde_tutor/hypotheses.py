@@ -26,7 +26,7 @@ from .config import HydeSettings, LLMSettings
 from .errors import HydeTutorError
 from .llm import agent_model_settings, run_text
 from .prompts import Perspective, Prompt, load_prompt, parse_perspectives
-from .recordings import NotRecordedError, render_hypothesis_request
+from .recordings import NotRecordedError, render_hypothesis_request, request_sha256
 
 Domain = Literal["grammar", "docs", "passage"]
 
@@ -347,25 +347,33 @@ class HypothesisGenerator:
         return self._gates[loop_id]
 
     async def _cache_get(self, key: str) -> str | None:
-        if getattr(self.cache, "blocking", False):
-            return await asyncio.to_thread(self.cache.get, key)
-        return self.cache.get(key)
+        try:
+            if getattr(self.cache, "blocking", False):
+                return await asyncio.to_thread(self.cache.get, key)
+            return self.cache.get(key)
+        except (sqlite3.Error, OSError):  # a locked or broken cache is a miss, never a failed search
+            return None
 
     async def _cache_set(self, key: str, value: str) -> None:
-        if getattr(self.cache, "blocking", False):
-            await asyncio.to_thread(self.cache.set, key, value)
-        else:
-            self.cache.set(key, value)
+        try:
+            if getattr(self.cache, "blocking", False):
+                await asyncio.to_thread(self.cache.set, key, value)
+            else:
+                self.cache.set(key, value)
+        except (sqlite3.Error, OSError):
+            pass
 
     async def _one(self, query: str, perspective: Perspective, timeout: float) -> _Outcome:
-        key = cache_key(self.model_name, self.prompt_ref, query, perspective.name)
+        # keyed by the exact request (system prompt + user message: every prompt file's text, the
+        # perspective's wording, the query), so an edited prompt never gets another prompt's hypotheses
+        user = self.user_prompt(query, perspective)
+        key = cache_key(self.model_name, request_sha256(self.prompt.text, user), query, perspective.name)
         cached = await self._cache_get(key)
         if cached is not None:
             return _Outcome(perspective.name, cached, cached=True)
         try:
             async with self._gate():
-                run = await asyncio.wait_for(run_text(self.agent, self.user_prompt(query, perspective), stream=self.stream),
-                                             timeout)
+                run = await asyncio.wait_for(run_text(self.agent, user, stream=self.stream), timeout)
         except (asyncio.TimeoutError, TimeoutError):
             return _Outcome(perspective.name, timed_out=True)
         except UnexpectedModelBehavior:  # e.g. an empty completion: no usable text came back

@@ -108,16 +108,32 @@ def ingest_documents(
                 report.written += len(todo)
             bar.update(len(batch))
     if sync:
+        if not documents:
+            raise HydeTutorError(f"--sync refused: {source} has no documents; it would empty {collection!r}. "
+                                 f"To drop the collection, ingest with --recreate from the right file.")
         keep = {d.point_id for d in documents}
         stale = [pid for pid in store.point_ids(collection) if pid not in keep]
         if stale:
             store.delete_points(collection, stale)
         report.deleted = len(stale)
+        _sync_questions(store, collection, {d.id for d in documents})
     if report.written or report.deleted:
         store.finish_ingest(collection)
     report.points_in_collection = store.count(collection)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _sync_questions(store: VectorStore, collection: str, keep_ids: set[str]) -> None:
+    """Drop the write-time question points whose parent document left the collection."""
+    target = questions_collection(collection)
+    if target not in store.list_collections():
+        return
+    kept = {question_point_id(doc_id, i) for doc_id in keep_ids for i in range(MAX_QUESTIONS)}
+    stale = [pid for pid in store.point_ids(target) if pid not in kept]
+    if stale:
+        store.delete_points(target, stale)
+        store.finish_ingest(target)
 
 
 def ingest_file(path: Path, collection: str, store: VectorStore, dense: DenseEmbedder, sparse: Bm25Encoder, **kwargs: object) -> IngestReport:

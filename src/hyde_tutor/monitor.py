@@ -85,7 +85,7 @@ class Monitor:
     def record(self, rec: RetrievalRecord) -> None:
         """Keep the record (in memory at once; on disk through a writer thread, so a tool call running
         in the event loop never waits for the file)."""
-        line = json.dumps(asdict(rec), ensure_ascii=False)
+        line = json.dumps(asdict(rec), ensure_ascii=True)  # any subject id (even a lone surrogate) is writable
         with self._lock:
             self._by_arm[rec.arm].append(rec)
             self.total += 1
@@ -110,15 +110,22 @@ class Monitor:
                     while not self._lines.empty():  # write a burst with one open
                         self._lines.task_done()
                         fh.write(self._lines.get_nowait() + "\n")
-            except OSError as exc:  # a full disk must not take the tutor down: keep the record in memory
-                warnings.warn(f"metrics JSONL {self.jsonl_path}: {exc}", RuntimeWarning, stacklevel=1)
+            except Exception as exc:  # noqa: BLE001 - a full disk must not take the tutor (or flush) down
+                warnings.warn(f"metrics JSONL {self.jsonl_path}: {type(exc).__name__}: {exc}", RuntimeWarning,
+                              stacklevel=1)
             finally:
                 self._lines.task_done()
 
-    def flush(self) -> None:
-        """Wait until every record so far is in the JSONL file."""
-        if self._writer is not None:
-            self._lines.join()
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait (at most ``timeout_s``) until every record so far is in the JSONL file; True if it is."""
+        if self._writer is None:
+            return True
+        deadline = time.monotonic() + timeout_s
+        while self._lines.unfinished_tasks:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
 
     def records(self, arm: str | None = None) -> list[RetrievalRecord]:
         with self._lock:
@@ -154,6 +161,20 @@ class LoadedRecords:
     """``line N: why`` for each line that is not a JSON object."""
 
 
+def _record_problem(obj: dict[str, Any]) -> str | None:
+    """Why a JSON object is not a usable retrieval record (None when it is)."""
+    stages = obj.get("stages_ms", {})
+    if not isinstance(stages, dict) or not isinstance(stages.get("total_ms", 0.0), (int, float)):
+        return "stages_ms is not an object of numbers"
+    for key in ("results", "top_score"):
+        value = obj.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"{key} is not a number"
+    if not isinstance(obj.get("arm", "unassigned"), str):
+        return "arm is not a string"
+    return None
+
+
 def load_records(path: Path) -> LoadedRecords:
     """Read a metrics JSONL: every JSON object line is a record; any other non-blank line is skipped and listed."""
     records: list[dict[str, Any]] = []
@@ -167,7 +188,11 @@ def load_records(path: Path) -> LoadedRecords:
             skipped.append(f"line {no}: not JSON ({exc.msg})")
             continue
         if isinstance(obj, dict):
-            records.append(obj)
+            problem = _record_problem(obj)
+            if problem:
+                skipped.append(f"line {no}: {problem}")
+            else:
+                records.append(obj)
         else:
             skipped.append(f"line {no}: a JSON {type(obj).__name__}, not a record object")
     return LoadedRecords(records, skipped)

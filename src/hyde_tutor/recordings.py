@@ -298,8 +298,12 @@ class RecordingWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self.done: set[tuple[str, str, str, tuple[str, ...]]] = set()
+        self.requests: set[str] = set()
+        """``prompt_sha256`` of every record: what was asked, exactly (prompt files' text included)."""
         if self.path.is_file():
-            self.done = {r.key for r in iter_recordings(self.path)}
+            for r in iter_recordings(self.path):
+                self.done.add(r.key)
+                self.requests.add(r.prompt_sha256)
             data = self.path.read_bytes()
             if data and not data.endswith(b"\n"):  # a killed append left half a line: cut it off
                 with self.path.open("r+b") as fh:
@@ -318,6 +322,7 @@ class RecordingWriter:
             finally:
                 os.close(fd)
             self.done.add(rec.key)
+            self.requests.add(rec.prompt_sha256)
 
 
 # -- recording --------------------------------------------------------------------------------------
@@ -386,10 +391,11 @@ async def record_hypotheses(generator: Any, queries: Sequence[str], writer: Reco
     jobs = []
     for query in queries:
         for p in generator.perspectives[:n]:
-            if writer.has(("hypothesis", query.strip(), p.name, refs)):
-                report.skipped += 1
+            user = generator.user_prompt(query, p)
+            if request_sha256(generator.prompt.text, user) in writer.requests:
+                report.skipped += 1  # recorded for exactly this request (an edited prompt is recorded again)
             else:
-                jobs.append((f"{query[:60]} | {p.name}", generator.user_prompt(query, p), (query, p.name)))
+                jobs.append((f"{query[:60]} | {p.name}", user, (query, p.name)))
 
     def make(job: tuple[str, str], user: str, text: str) -> Recording:
         return Recording(kind="hypothesis", domain=generator.domain, query=job[0], perspective=job[1], text=text,
@@ -411,11 +417,11 @@ async def record_questions(generator: Any, documents: Sequence[Any], writer: Rec
     refs = (generator.prompt.ref, generator.request.ref)
     jobs = []
     for doc in documents:
-        shown = generator.shown_text(doc)
-        if writer.has(("questions", shown.strip(), str(k), refs)):
+        shown, user = generator.shown_text(doc), generator.user_prompt(doc, k)
+        if request_sha256(generator.prompt.text, user) in writer.requests:
             report.skipped += 1
         else:
-            jobs.append((f"{doc.id} | k={k}", generator.user_prompt(doc, k), shown))
+            jobs.append((f"{doc.id} | k={k}", user, shown))
 
     def make(shown: str, user: str, text: str) -> Recording:
         return Recording(kind="questions", query=shown, perspective=str(k), text=text, model=model, prompt_refs=refs,

@@ -47,6 +47,7 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
 
     async def _found_entries(self, ctx: RunContext[TutorDeps]) -> str:
         question = ctx.prompt if isinstance(ctx.prompt, str) else ""
+        ctx.deps.begin_run(getattr(ctx, "run_id", None))  # searched once per run, not reused across runs
         cached = ctx.deps.found_for(question) if question else None
         if cached is None:
             cached = []
@@ -61,10 +62,14 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
 
 
 def format_entries(entries: list[dict[str, Any]], max_chars: int = 1800) -> str:
-    """Found entries as short numbered lines: pattern or topic, name, explanation, one example."""
+    """Found entries as short numbered lines (each document once): pattern or topic, name, explanation,
+    one example."""
     lines: list[str] = []
     used = 0
-    for i, e in enumerate(entries, start=1):
+    seen: set[str] = set()
+    unique = [e for e in entries if not (str(e.get("id", id(e))) in seen or seen.add(str(e.get("id", id(e)))))]
+    for e in unique:
+        i = len(lines) + 1
         if "pattern" in e:
             example = (e.get("examples") or [{}])[0] or {}
             ex = f" Пример: {example.get('ko', '')} — {example.get('ru', '')}" if example.get("ko") else ""

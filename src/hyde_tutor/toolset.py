@@ -31,11 +31,19 @@ from .errors import (
 )
 from .experiment import Experiment, ReloadableExperiment, decide
 from .hyde import HydeResult, HydeRetriever, RetrievedDoc
+from .hypotheses import Domain
 from .monitor import Monitor, RetrievalRecord
 from .prompts import load_prompt
 from .validation import validate_query, validate_top_k
 
 MAX_TOOL_TOP_K = 10
+TOOL_DOMAINS: dict[str, Domain] = {"grammar_search": "grammar", "docs_search": "docs"}
+"""A tool knows what it searches: its hypotheses use that domain, whatever the collection is called."""
+
+
+def _tool_domain(tool: str) -> Domain | None:
+    """``ko_grammar_search`` -> ``grammar`` (prefixed tools keep their domain)."""
+    return next((d for name, d in TOOL_DOMAINS.items() if tool.endswith(name)), None)
 MAX_RERANK_TOP_K = 50
 
 
@@ -51,6 +59,7 @@ class TutorDeps:
     """Every entry the searches returned since :meth:`clear_found` (what the model was shown): a chat
     turn whose model fails shows these to the learner instead of an error."""
     _found_by_question: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
+    _found_run: str | None = field(default=None, repr=False)
 
     def current_experiment(self) -> Experiment | None:
         if isinstance(self.experiment, ReloadableExperiment):
@@ -61,6 +70,12 @@ class TutorDeps:
         """Start a new turn: forget what earlier searches found."""
         self.found.clear()
         self._found_by_question.clear()
+
+    def begin_run(self, run_id: str | None) -> None:
+        """A new agent run forgets what earlier runs found (deps may live across many runs)."""
+        if run_id is not None and run_id != self._found_run:
+            self.clear_found()
+            self._found_run = run_id
 
     def found_for(self, question: str) -> list[dict[str, Any]] | None:
         """What :class:`~hyde_tutor.retrieve_first.RetrieveFirst` already found for this question in this turn."""
@@ -90,6 +105,7 @@ async def run_search(
     rerank_top_k: Any = None,
 ) -> dict[str, Any]:
     """Shared body of the search tools: validate, decide HyDE, search, record, compact."""
+    ctx.deps.begin_run(getattr(ctx, "run_id", None))
     return await search_with_deps(ctx.deps, tool, collection, query, top_k, use_hyde, rerank_top_k)
 
 
@@ -113,7 +129,8 @@ async def search_with_deps(
                              subject=deps.subject_id, requested_hyde=decision.requested, overridden=decision.overridden)
     try:
         result = await deps.retriever.search(collection, text, top_k=k, use_hyde=decision.use_hyde,
-                                             rerank_candidates=rerank, use_questions=decision.use_questions)
+                                             rerank_candidates=rerank, use_questions=decision.use_questions,
+                                             domain=_tool_domain(tool))
     except HydeTutorError as exc:
         record.error = type(exc).__name__
         _record(deps.monitor, record)

@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import ValidationError
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
@@ -142,7 +143,10 @@ class QdrantClientStore:
         try:
             return fn(*args, **kwargs)
         except (UnexpectedResponse, ValueError) as exc:
-            if "not found" in str(exc).lower() and name:
+            if isinstance(exc, ValidationError):  # our request was malformed: a bug, not an outage
+                raise
+            text = str(exc).lower()
+            if "collection" in text and "not found" in text and name:
                 raise CollectionNotFoundError(str(name)) from exc
             raise StoreUnavailableError(f"Qdrant request failed: {exc}") from exc
         except (ResponseHandlingException, OSError, RuntimeError, ConnectionError) as exc:

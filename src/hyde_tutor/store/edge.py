@@ -61,7 +61,7 @@ def _release(path: Path) -> None:
         shard.close()
 
 
-_LOCKED = re.compile(r"WouldBlock|\block(ed|file)?\b|Resource temporarily unavailable", re.IGNORECASE)
+_LOCKED = re.compile(r"WouldBlock|\block(ed|file)?\b", re.IGNORECASE)
 
 
 def _is_engine_error(exc: BaseException) -> bool:
@@ -227,8 +227,12 @@ class EdgeStore:
         shard = self._shard(name)
         try:
             return fn(shard)
-        except Exception as exc:
-            if not _is_engine_error(exc):
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException as exc:  # a Rust panic arrives as pyo3's PanicException, a BaseException
+            if type(exc).__name__ == "PanicException":
+                raise StoreUnavailableError(f"The embedded Qdrant engine crashed on {name!r}: {exc}") from exc
+            if not isinstance(exc, Exception) or not _is_engine_error(exc):
                 raise
             raise _translate(exc, self._dir(name)) from exc
 
