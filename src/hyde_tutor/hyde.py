@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
@@ -185,6 +186,9 @@ class HydeRetriever:
         self._generators: dict[Domain, HypothesisGenerator] = {}
         self._build_lock = threading.Lock()
         self._closed = False
+        self._inflight_lock = threading.Lock()
+        self._inflight: dict[Domain, concurrent.futures.Future[HypothesisGenerator]] = {}
+        self._builder: concurrent.futures.ThreadPoolExecutor | None = None
         self._backend_failure: BackendFailure | None = None
         self.closers: list[Callable[[], None]] = []
 
@@ -222,6 +226,8 @@ class HydeRetriever:
 
     def close(self) -> None:
         self._closed = True
+        if self._builder is not None:
+            self._builder.shutdown(wait=False, cancel_futures=True)
         for close in self.closers:
             close()
         self.retriever.close()
@@ -237,6 +243,18 @@ class HydeRetriever:
         collection's in ``HYDE_HYDE__DOMAINS``, else ``default_domain``."""
         return domain or self.domains.get(collection, self.settings.default_domain)
 
+    def _build_in_background(self, collection: str, domain: Domain) -> concurrent.futures.Future[HypothesisGenerator]:
+        """One build per domain at a time, on a dedicated thread: concurrent searches share the same
+        start instead of each blocking a worker thread (the raw channel needs those)."""
+        with self._inflight_lock:
+            future = self._inflight.get(domain)
+            if future is None or future.done():
+                if self._builder is None:
+                    self._builder = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hyde-llm-start")
+                future = self._builder.submit(self.generator, collection, domain)
+                self._inflight[domain] = future
+            return future
+
     def generator(self, collection: str, domain: Domain | None = None) -> HypothesisGenerator:
         """The collection's hypothesis generator, built on first use (this may start the LLM backend,
         which can block for seconds: the pipeline calls it off the event loop).
@@ -247,10 +265,7 @@ class HydeRetriever:
         domain = self.domain_of(collection, domain)
         if domain in self._generators:
             return self._generators[domain]
-        if not self._build_lock.acquire(timeout=0.05):  # another search is starting the backend: do not pile up
-            from .llm import LLMUnavailableError  # worker threads behind it (the raw channel needs them too)
-
-            raise LLMUnavailableError("The LLM backend is still starting; this search uses plain retrieval.")
+        self._build_lock.acquire()
         try:
             if domain in self._generators:
                 return self._generators[domain]
@@ -361,9 +376,9 @@ class HydeRetriever:
             with logfire.span("hyde.generate", n=n):
                 if domain in self._generators:
                     generator = self._generators[domain]
-                else:  # starting the backend may block for seconds: a worker thread, within timeout_s
-                    generator = await asyncio.wait_for(asyncio.to_thread(self.generator, collection, domain),
-                                                       self.settings.timeout_s)
+                else:  # starting the backend may block for seconds: its own thread, awaited within timeout_s
+                    build = asyncio.wrap_future(self._build_in_background(collection, domain))
+                    generator = await asyncio.wait_for(asyncio.shield(build), self.settings.timeout_s)
                 return await generator.generate(text, n)  # each call bounded by timeout_s; partial results kept
         except (asyncio.TimeoutError, TimeoutError):
             return GenerationResult(timeouts=1, seconds=time.perf_counter() - started)
