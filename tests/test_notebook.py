@@ -145,3 +145,35 @@ def test_notebook_runs_on_a_small_slice(isolated_env: Path, monkeypatch: pytest.
     assert new.version == 2 and new.text != load_prompt("hypothesis_grammar", directory=ROOT / "prompts").text
     assert (saved_dir / "hypothesis_request.v1.md").is_file()  # seeded: a complete prompts folder
     assert sorted(p.name for p in (ROOT / "prompts").glob("hypothesis_*.md")) == repo_prompts
+
+
+def test_notebook_scores_recorded_capable_model_hypotheses_with_replay(isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HYDE_LLM__PROVIDER=replay: the current prompt is served the bundled recordings; a variant was never
+    recorded, so it falls back (not_recorded) instead of failing."""
+    ingest = CliRunner().invoke(app, ["ingest", "--collection", "grammar", "--file", str(ROOT / "data" / "grammar.jsonl")])
+    assert ingest.exit_code == 0, ingest.output
+    out_dir = isolated_env / "out"
+    for key, value in {
+        "JUPYTER_PATH": str(_kernelspec(isolated_env)),
+        "JUPYTER_RUNTIME_DIR": str(isolated_env / "jupyter-runtime"),
+        "IPYTHONDIR": str(isolated_env / "ipython"),
+        "HYDE_LLM__PROVIDER": "replay",
+        "HYDE_LLM__RECORDINGS": str(ROOT / "data" / "recordings"),
+        "TUNE_EVAL_DIR": str(ROOT / "data" / "eval"),
+        "TUNE_SETS": "grammar_holdout=grammar",
+        "TUNE_QUERIES": "6",
+        "TUNE_HYPOTHESES": "4",
+        "TUNE_SHOW": "1",
+        "TUNE_SAVE": "never",
+        "TUNE_OUT_DIR": str(out_dir),
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    monkeypatch.delenv("HYDE_PROMPTS_DIR", raising=False)
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(isolated_env)}}).execute()
+    assert not _outputs(nb, "error")
+    scores = {r["candidate"]: r for r in json.loads((out_dir / "scores.json").read_text(encoding="utf-8"))}
+    assert scores["current"]["fallback_rate"] == 0.0  # every hold-out query was recorded, 4 perspectives
+    assert scores["strict"]["fallback_rate"] == 1.0  # the variant prompt was not: not_recorded, plain results
+    assert scores["current"]["ndcg@10"] > scores["raw"]["ndcg@10"]
