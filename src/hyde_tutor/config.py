@@ -14,6 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .schemas import SchemaSettings
+
 
 class QdrantSettings(BaseModel):
     """Where vectors live. No URL and ``local=False`` means the embedded qdrant-edge engine."""
@@ -223,3 +225,7 @@ class Settings(BaseSettings):
     questions: QuestionSettings = Field(default_factory=QuestionSettings)
     experiment: ExperimentSettings = Field(default_factory=ExperimentSettings)
     monitor: MonitorSettings = Field(default_factory=MonitorSettings)
+    schemas: dict[str, SchemaSettings] = Field(
+        default_factory=dict, description="Collections hyde-tutor did not build: vector names, sparse encoder, "
+        "payload fields (JSON object: collection -> schema).",
+    )

@@ -402,8 +402,8 @@ class HydeRetriever:
             return channels, enc
 
     def _raw_search(self, collection: str, text: str, depth: int) -> tuple[list[Hit], EncodedQueries]:
-        enc = self.retriever.encode([text])
-        hits = self.retriever.store.search_batch(collection, [self.retriever.request(enc, 0, depth)])[0]
+        enc = self.retriever.encode([text], collection)
+        hits = self.retriever.store.search_batch(collection, [self.retriever.request(enc, 0, depth, collection=collection)])[0]
         return hits, enc
 
     def _questions_search(self, collection: str, enc: EncodedQueries, depth: int) -> list[Hit]:
@@ -428,7 +428,7 @@ class HydeRetriever:
             t0 = time.perf_counter()
             with logfire.span("hyde.embed", n=len(gen.hypotheses)):
                 try:
-                    hyp_enc = await asyncio.to_thread(self.retriever.encode, [h.text for h in gen.hypotheses])
+                    hyp_enc = await asyncio.to_thread(self.retriever.encode, [h.text for h in gen.hypotheses], collection)
                 except EmbedderError as exc:  # e.g. a rate limit on the hypotheses' batch: raw results stand
                     result = self._fallback(text, collection, base, "embed_error", fusion)
                     result.errors = [f"{type(exc).__name__}: {exc}"[:300]]
@@ -495,9 +495,9 @@ class HydeRetriever:
         if fusion == "mean":
             dense = mean_vector(np.vstack([raw.dense, hyp.dense]))
             merged = EncodedQueries(dense[None, :], [_merge_sparse([*raw.sparse, *hyp.sparse])])
-            return {"hyde:mean": r.store.search_batch(collection, [r.request(merged, 0, depth)])[0]}
+            return {"hyde:mean": r.store.search_batch(collection, [r.request(merged, 0, depth, collection=collection)])[0]}
         hyp = _with_legs(hyp, raw, self.policy.legs)
-        requests = [r.request(hyp, i, depth) for i in range(len(hypotheses))]
+        requests = [r.request(hyp, i, depth, collection=collection) for i in range(len(hypotheses))]
         found = r.store.search_batch(collection, requests)  # one batched call for all hypotheses
         return {f"hyde:{h.perspective}": hits for h, hits in zip(hypotheses, found, strict=True)}
 
@@ -544,7 +544,7 @@ class HydeRetriever:
         if self.reranker is not None and result.results:
             t0 = time.perf_counter()
             with logfire.span("hyde.rerank", candidates=min(candidates, len(result.results))):
-                result.results = await asyncio.to_thread(self._rerank, text, result.results[:candidates])
+                result.results = await asyncio.to_thread(self._rerank, text, result.results[:candidates], result.collection)
             result.timings.rerank_ms = (time.perf_counter() - t0) * 1000
         s = self.settings
         threshold, kept = adaptive_threshold(
@@ -555,9 +555,11 @@ class HydeRetriever:
         result.timings.total_ms = (time.perf_counter() - started) * 1000
         return result
 
-    def _rerank(self, query: str, docs: list[RetrievedDoc]) -> list[RetrievedDoc]:
+    def _rerank(self, query: str, docs: list[RetrievedDoc], collection: str = "") -> list[RetrievedDoc]:
         assert self.reranker is not None
-        scores = self.reranker.scores(query, [payload_text(d.payload) for d in docs])  # ORIGINAL query
+        schema = self.retriever.schemas.get(collection)
+        texts = [schema.text(d.payload) if schema else payload_text(d.payload) for d in docs]
+        scores = self.reranker.scores(query, texts)  # ORIGINAL query
         order = sorted(range(len(docs)), key=lambda i: -scores[i])
         return [RetrievedDoc(docs[i].id, scores[i], docs[i].payload, docs[i].channels) for i in order]
 

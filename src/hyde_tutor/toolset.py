@@ -137,7 +137,8 @@ async def search_with_deps(
         raise ToolFailed(tool_failure_message(exc, tool, collection)) from exc
     _fill(record, result)
     _record(deps.monitor, record)
-    compact = [compact_result(d) for d in result.results]
+    schema = deps.retriever.retriever.schemas.get(collection)
+    compact = [schema.compact(d.id, d.payload) if schema else compact_result(d) for d in result.results]
     deps.found.extend(compact)
     return {"results": compact, "used_hyde": result.used_hyde, "fallback_reason": result.fallback_reason}
 

@@ -68,6 +68,15 @@ class SearchRequest:
     dense_weight: float = 1.0
     sparse_weight: float = 1.0
     hnsw_ef: int | None = None
+    dense_name: str = DENSE
+    """The collection's name for the dense vector (``dense`` in collections hyde-tutor builds)."""
+    sparse_name: str = SPARSE
+    id_field: str | None = None
+    """Payload field holding the document id in a collection hyde-tutor did not build (else the point id)."""
+
+    @property
+    def custom_names(self) -> bool:
+        return (self.dense_name, self.sparse_name) != (DENSE, SPARSE)
 
     @property
     def channels(self) -> tuple[str, ...]:
@@ -106,9 +115,12 @@ def ranked(hits: list[Hit]) -> list[Hit]:
     return sorted(hits, key=lambda h: (-h.score, h.doc_id))
 
 
-def hit_from(payload: dict[str, Any] | None, score: float) -> Hit:
+def hit_from(payload: dict[str, Any] | None, score: float, point_id: Any = None, id_field: str | None = None) -> Hit:
+    """A hit with the ORIGINAL document id: ``doc_id`` (ours), else the schema's ``id_field``, else the point id."""
     payload = payload or {}
-    return Hit(doc_id=str(payload.get(DOC_ID_KEY, "")), score=float(score), payload=public_payload(payload))
+    candidates = (payload.get(DOC_ID_KEY), payload.get(id_field) if id_field else None, point_id)
+    doc_id = next((c for c in candidates if c is not None and c != ""), "")  # point id 0 is an id
+    return Hit(doc_id=str(doc_id), score=float(score), payload=public_payload(payload))
 
 
 class VectorStore(Protocol):

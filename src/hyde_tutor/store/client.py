@@ -127,7 +127,8 @@ class QdrantClientStore:
             collection_name=name,
             requests=[_client_query(r, with_params=not self.exact) for r in requests],
         )
-        return [ranked([hit_from(p.payload, p.score) for p in resp.points]) for resp in responses]
+        return [ranked([hit_from(p.payload, p.score, p.id, r.id_field) for p in resp.points])
+                for r, resp in zip(requests, responses, strict=True)]
 
     def close(self) -> None:
         self.client.close()
@@ -161,9 +162,9 @@ def _client_query(req: SearchRequest, with_params: bool = True) -> models.QueryR
     params = models.SearchParams(hnsw_ef=req.hnsw_ef) if req.hnsw_ef and with_params else None
     channels: dict[str, Any] = {}
     if DENSE in req.channels:
-        channels[DENSE] = [float(x) for x in req.dense or ()]
+        channels[req.dense_name] = [float(x) for x in req.dense or ()]
     if SPARSE in req.channels and req.sparse is not None:
-        channels[SPARSE] = models.SparseVector(indices=list(req.sparse.indices), values=list(req.sparse.values))
+        channels[req.sparse_name] = models.SparseVector(indices=list(req.sparse.indices), values=list(req.sparse.values))
     if not channels:
         raise ValueError("SearchRequest needs a dense or a non-empty sparse vector")
     if len(channels) == 1:

@@ -219,6 +219,11 @@ class EdgeStore:
     def search_batch(self, name: str, requests: Sequence[SearchRequest]) -> list[list[Hit]]:
         if not requests:
             return []
+        if any(r.custom_names for r in requests):
+            raise StoreUnavailableError(
+                f"The embedded store holds only collections hyde-tutor built; {name!r} has a schema with other vector "
+                "names. Search it where it lives: HYDE_QDRANT__URL (a server) or HYDE_QDRANT__LOCAL=true."
+            )
         batch = qe.QueryBatchRequest([_edge_query(r) for r in requests])
         results = self._call(name, lambda shard: shard.query_batch(batch))
         return [ranked([hit_from(p.payload, p.score) for p in points]) for points in results]
