@@ -50,3 +50,35 @@ def test_a_schema_collection_on_the_embedded_store_is_a_clear_error(isolated_env
     store = EdgeStore(isolated_env / "edge")
     with pytest.raises(StoreUnavailableError, match="HYDE_QDRANT__URL"):
         store.search_batch("x", [SearchRequest(limit=1, dense=[0.1], dense_name="text-embedding-3-small")])
+
+
+def test_inspect_our_collection_and_a_guide_shaped_one(isolated_env: Path, monkeypatch: pytest.MonkeyPatch, small_corpus: Path) -> None:
+    from qdrant_client import QdrantClient, models
+    from typer.testing import CliRunner
+
+    from hyde_tutor.cli import app
+
+    runner = CliRunner()
+    assert runner.invoke(app, ["ingest", "--collection", "grammar", "--file", str(small_corpus)]).exit_code == 0
+    ours = runner.invoke(app, ["inspect", "--collection", "grammar"])
+    assert ours.exit_code == 0, ours.output
+    assert "6 points" in ours.output and "dense vector 'dense': 512-d" in ours.output and "modifier idf" in ours.output
+    assert "built by hyde-tutor with use-multilingual-v3 (512-d)" in ours.output and "searchable as configured" in ours.output
+    assert '"pattern"' in ours.output  # a sample payload
+
+    monkeypatch.setenv("HYDE_QDRANT__LOCAL", "true")
+    client = QdrantClient(path=str(isolated_env / "data-dir" / "qdrant-local"))
+    client.create_collection("korean_grammar_v2",
+                             vectors_config={"text-embedding-3-small": models.VectorParams(size=512, distance=models.Distance.COSINE)},
+                             sparse_vectors_config={"bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)})
+    client.upsert("korean_grammar_v2", [models.PointStruct(id=1, vector={"text-embedding-3-small": [0.1] * 512}, payload={
+        "grammar_name_kr": "-고 싶다", "grammar_name_rus": "хотеть", "description": "Желание говорящего, длинное описание."})])
+    client.close()
+    guide = runner.invoke(app, ["inspect", "--collection", "korean_grammar_v2"])
+    assert guide.exit_code == 1 and "NOT searchable as configured" in guide.output
+    assert "dense vector 'text-embedding-3-small': 512-d, Cosine" in guide.output and "sparse vector 'bm25': modifier idf" in guide.output
+    suggested = guide.output.split("HYDE_SCHEMAS='", 1)[1].split("'\n", 1)[0]
+    monkeypatch.setenv("HYDE_SCHEMAS", suggested)  # the exact settings it printed make it searchable
+    fixed = runner.invoke(app, ["inspect", "--collection", "korean_grammar_v2"])
+    assert fixed.exit_code == 0, fixed.output
+    assert "searchable as configured" in fixed.output and "fastembed:Qdrant/bm25" in fixed.output

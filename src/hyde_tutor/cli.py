@@ -645,6 +645,21 @@ def demo(
         _fail(str(exc))
 
 
+@app.command("inspect")
+def inspect_command(
+    collection: Annotated[str, typer.Option(help="Collection to describe.")],
+) -> None:
+    """Show a collection's vectors, sizes, modifiers, point count and a sample payload, and whether
+    hyde-tutor can search it as configured (if not, the settings to add). Exit 1 when it cannot."""
+    from .inspection import inspect_report
+
+    with _retriever() as r:
+        report, ok = inspect_report(r, collection)
+    typer.echo(report)
+    if not ok:
+        raise typer.Exit(1)
+
+
 @app.command("export-beir")
 def export_beir(
     file: Annotated[Path, typer.Option(help="Project JSONL (grammar or docs).")],
