@@ -57,11 +57,11 @@ async def test_a_failed_hypothesis_embedding_falls_back_to_raw(hyde_retriever) -
     original = hyde_retriever.retriever.encode
     calls = {"n": 0}
 
-    def encode(texts):
+    def encode(texts, collection=None):
         calls["n"] += 1
         if calls["n"] > 1:  # the raw query embeds; the hypotheses' batch hits a rate limit
             raise EmbedderError("HTTP 429 rate limited")
-        return original(texts)
+        return original(texts, collection)
 
     hyde_retriever.retriever.encode = encode
     res = await hyde_retriever.search("grammar", "хотеть", top_k=3, use_hyde=True)
