@@ -24,7 +24,8 @@ from pydantic_ai.messages import ModelMessage, ToolCallPart
 from pydantic_ai.usage import UsageLimits
 
 from .monitor import Monitor, RetrievalRecord
-from .retrieve_first import TUTOR_MODES, HydeTutor, TutorMode, format_entries
+from .rendering import entry_label, format_entries
+from .retrieve_first import TUTOR_MODES, HydeTutor, TutorMode
 from .errors import HydeTutorError
 from .toolset import TutorDeps, compact_result
 
@@ -155,16 +156,11 @@ def chat_loop(agent: Agent[TutorDeps, str], deps: TutorDeps, read: Callable[[], 
             how = "HyDE" if rec.used_hyde else f"без HyDE ({rec.fallback_reason or rec.reason})"
             write(f"  ← {rec.tool}: {rec.results} результатов, {how}, arm={rec.arm}, {rec.total_ms:.0f} мс")
         if turn.found and turn.model_error is None:
-            write("  найдено: " + "; ".join(_entry_label(e) for e in turn.found[:4]))
+            write("  найдено: " + "; ".join(entry_label(e) for e in turn.found[:4]))
         write(turn.text)
         if show_time:
             write(f"  ({turn.seconds:.1f} с)")
         turns += 1
-
-
-def _entry_label(entry: dict[str, Any]) -> str:
-    name = " — ".join(str(x) for x in (entry.get("pattern"), entry.get("name")) if x)
-    return name or " — ".join(str(x) for x in (entry.get("topic"), entry.get("subtopic")) if x) or str(entry.get("id"))
 
 
 def _new_records(monitor: Monitor | None, before: int) -> list[RetrievalRecord]:

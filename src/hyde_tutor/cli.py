@@ -24,6 +24,7 @@ from .questions import question_generator_from_settings
 from .hyde import FusionMode, HydeResult, HydeRetriever, RetrievedDoc
 from .retriever import Retriever, SearchMode
 from .store import Hit
+from .rendering import payload_label
 from .validation import validate_query
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="HyDE retrieval for Korean-tutor agents.")
@@ -152,7 +153,7 @@ def _hit_json(hit: Hit) -> dict[str, Any]:
 
 def _hit_line(rank: int, hit: Hit) -> str:
     p = hit.payload
-    title = f"{p.get('pattern', '')} — {p.get('name_ru', '')}" if "pattern" in p else f"{p.get('topic', '')}: {p.get('subtopic', p.get('title', ''))}"
+    title = payload_label(p, long=True)
     return f"{rank:>2}. {hit.doc_id:<10} {hit.score:.4f}  {title}"
 
 
@@ -253,7 +254,7 @@ def _print_result(qid: str, res: HydeResult) -> None:
 
 def _short(d: RetrievedDoc, width: int) -> str:
     p = d.payload
-    label = p.get("pattern") or p.get("subtopic") or p.get("title") or ""
+    label = payload_label(p)
     return f"{d.id} {label}"[:width]
 
 

@@ -22,6 +22,7 @@ from .evaluation import EvalQuery, load_beir
 from .hyde import HydeResult, HydeRetriever, RetrievedDoc
 from .hypotheses import HypothesisGenerator, MemoryCache
 from .llm import describe_backend, replay_backend
+from .rendering import payload_label
 from .retriever import Retriever
 
 __all__ = ["run_demo"]
@@ -40,8 +41,7 @@ class Shown:
 
 
 def _label(d: RetrievedDoc, relevant: frozenset[str], width: int) -> str:
-    p = d.payload
-    name = p.get("pattern") or p.get("subtopic") or p.get("title") or ""
+    name = payload_label(d.payload)
     mark = "✓ " if d.id in relevant else "  "
     return f"{mark}{d.id} {name}"[:width]
 

@@ -126,10 +126,7 @@ def to_beir_record(doc: Document) -> dict[str, str]:
 
 
 def payload_text(payload: dict[str, Any]) -> str:
-    """Readable text of a stored payload (what a reranker or an agent reads)."""
-    if "pattern" in payload:
-        examples = " ".join(f"{e.get('ko', '')} — {e.get('ru', '')}" for e in payload.get("examples", []))
-        return f"{payload['pattern']} — {payload.get('name_ru', '')}. {payload.get('explanation_ru', '')} {examples}".strip()
-    if "content" in payload:
-        return f"{payload.get('topic', '')}: {payload.get('subtopic', '')}. {payload['content']}".strip()
-    return f"{payload.get('title', '')} {payload.get('text', '')}".strip()
+    """Readable text of a stored payload (what a reranker or an agent reads); see :mod:`hyde_tutor.rendering`."""
+    from .rendering import payload_text as render
+
+    return render(payload)

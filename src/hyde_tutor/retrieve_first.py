@@ -21,6 +21,7 @@ from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
 
 from .prompts import load_prompt
+from .rendering import format_entries
 from .toolset import HydeSearchToolset, TutorDeps, search_for_context, tutor_instructions
 
 __all__ = ["HydeTutor", "RetrieveFirst", "TutorMode", "format_entries", "tutor_answer_instructions"]
@@ -59,35 +60,6 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
         if not cached:
             return "Поиск по справочнику ничего не нашёл: ответь по своим знаниям и скажи об этом ученику."
         return "Найденные статьи (опирайся на них):\n" + format_entries(cached, self.max_chars)
-
-
-def format_entries(entries: list[dict[str, Any]], max_chars: int = 1800) -> str:
-    """Found entries as short numbered lines (each document once): pattern or topic, name, explanation,
-    one example."""
-    lines: list[str] = []
-    used = 0
-    seen: set[str] = set()
-    unique = [e for e in entries if not (str(e.get("id", id(e))) in seen or seen.add(str(e.get("id", id(e)))))]
-    for e in unique:
-        i = len(lines) + 1
-        if "pattern" in e:
-            example = (e.get("examples") or [{}])[0] or {}
-            ex = f" Пример: {example.get('ko', '')} — {example.get('ru', '')}" if example.get("ko") else ""
-            head = " — ".join(str(x) for x in (e.get("pattern"), e.get("name")) if x)
-            body = f": {e['explanation']}" if e.get("explanation") else ""
-            line = f"{i}. {head}{body}{ex}"
-        elif "content" in e:
-            head = ": ".join(str(x) for x in (e.get("topic"), e.get("subtopic")) if x)
-            line = f"{i}. {head}. {str(e.get('content') or '')[:400]}"
-        else:
-            line = f"{i}. {e.get('title') or ''} {str(e.get('text') or '')[:400]}".strip()
-        if line == f"{i}.":
-            continue  # nothing readable in this payload
-        if used + len(line) > max_chars and lines:
-            break
-        lines.append(line)
-        used += len(line)
-    return "\n".join(lines)
 
 
 def tutor_answer_instructions() -> str:

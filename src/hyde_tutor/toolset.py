@@ -34,6 +34,7 @@ from .hyde import HydeResult, HydeRetriever, RetrievedDoc
 from .hypotheses import Domain
 from .monitor import Monitor, RetrievalRecord
 from .prompts import load_prompt
+from .rendering import compact_payload
 from .validation import validate_query, validate_top_k
 
 MAX_TOOL_TOP_K = 10
@@ -86,18 +87,8 @@ class TutorDeps:
 
 
 def compact_result(doc: RetrievedDoc) -> dict[str, Any]:
-    """What the model sees of one result: readable fields and the id, never vectors."""
-    p = doc.payload
-    if "pattern" in p:
-        return {
-            "id": doc.id, "pattern": p.get("pattern"), "name": p.get("name_ru"), "level": p.get("level"),
-            "explanation": p.get("explanation_ru"), "examples": list(p.get("examples", []))[:2],
-        }
-    if "content" in p:
-        content = str(p.get("content", ""))
-        return {"id": doc.id, "topic": p.get("topic"), "subtopic": p.get("subtopic"),
-                "content": content[:900] + ("…" if len(content) > 900 else "")}
-    return {"id": doc.id, "title": p.get("title"), "text": str(p.get("text", ""))[:900]}
+    """What the model sees of one result: readable fields and the id, never vectors (:mod:`hyde_tutor.rendering`)."""
+    return compact_payload(doc.id, doc.payload)
 
 
 async def run_search(

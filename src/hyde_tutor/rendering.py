@@ -1,0 +1,99 @@
+"""How a stored payload reads, in one place: for the model, the reranker, the CLI and the demo.
+
+Collections hyde-tutor builds hold one of three payload shapes: a grammar entry (``pattern``,
+``name_ru``, ``explanation_ru``, ``examples``), an educational document (``topic``, ``subtopic``,
+``content``), or a BEIR passage (``title``, ``text``). A collection built elsewhere renders through
+its :class:`~hyde_tutor.schemas.CollectionSchema` instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+__all__ = ["compact_payload", "entry_label", "format_entries", "payload_kind", "payload_label", "payload_text"]
+
+PayloadKind = Literal["grammar", "document", "passage"]
+MODEL_TEXT_CHARS = 900
+
+
+def payload_kind(payload: dict[str, Any]) -> PayloadKind:
+    if "pattern" in payload:
+        return "grammar"
+    if "content" in payload:
+        return "document"
+    return "passage"
+
+
+def payload_label(payload: dict[str, Any], *, long: bool = False) -> str:
+    """A short name for a result: the pattern (with its Russian name when ``long``), the subtopic, the title."""
+    kind = payload_kind(payload)
+    if kind == "grammar":
+        return f"{payload.get('pattern', '')} — {payload.get('name_ru', '')}" if long else str(payload.get("pattern", ""))
+    if kind == "document":
+        if long:
+            return f"{payload.get('topic', '')}: {payload.get('subtopic', payload.get('title', ''))}"
+        return str(payload.get("subtopic") or payload.get("title") or "")
+    if long:
+        return f"{payload.get('topic', '')}: {payload.get('subtopic', payload.get('title', ''))}"
+    return str(payload.get("title") or "")
+
+
+def payload_text(payload: dict[str, Any]) -> str:
+    """The payload as one readable text (what a reranker or an agent reads)."""
+    kind = payload_kind(payload)
+    if kind == "grammar":
+        examples = " ".join(f"{e.get('ko', '')} — {e.get('ru', '')}" for e in payload.get("examples", []))
+        return f"{payload['pattern']} — {payload.get('name_ru', '')}. {payload.get('explanation_ru', '')} {examples}".strip()
+    if kind == "document":
+        return f"{payload.get('topic', '')}: {payload.get('subtopic', '')}. {payload['content']}".strip()
+    return f"{payload.get('title', '')} {payload.get('text', '')}".strip()
+
+
+def compact_payload(doc_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """What the model sees of one result: readable fields and the id, never vectors."""
+    kind = payload_kind(payload)
+    if kind == "grammar":
+        return {
+            "id": doc_id, "pattern": payload.get("pattern"), "name": payload.get("name_ru"), "level": payload.get("level"),
+            "explanation": payload.get("explanation_ru"), "examples": list(payload.get("examples", []))[:2],
+        }
+    if kind == "document":
+        content = str(payload.get("content", ""))
+        return {"id": doc_id, "topic": payload.get("topic"), "subtopic": payload.get("subtopic"),
+                "content": content[:MODEL_TEXT_CHARS] + ("…" if len(content) > MODEL_TEXT_CHARS else "")}
+    return {"id": doc_id, "title": payload.get("title"), "text": str(payload.get("text", ""))[:MODEL_TEXT_CHARS]}
+
+
+def format_entries(entries: list[dict[str, Any]], max_chars: int = 1800) -> str:
+    """Found entries as short numbered lines (each document once): pattern or topic, name, explanation,
+    one example."""
+    lines: list[str] = []
+    used = 0
+    seen: set[str] = set()
+    unique = [e for e in entries if not (str(e.get("id", id(e))) in seen or seen.add(str(e.get("id", id(e)))))]
+    for e in unique:
+        i = len(lines) + 1
+        if "pattern" in e:
+            example = (e.get("examples") or [{}])[0] or {}
+            ex = f" Пример: {example.get('ko', '')} — {example.get('ru', '')}" if example.get("ko") else ""
+            head = " — ".join(str(x) for x in (e.get("pattern"), e.get("name")) if x)
+            body = f": {e['explanation']}" if e.get("explanation") else ""
+            line = f"{i}. {head}{body}{ex}"
+        elif "content" in e:
+            head = ": ".join(str(x) for x in (e.get("topic"), e.get("subtopic")) if x)
+            line = f"{i}. {head}. {str(e.get('content') or '')[:400]}"
+        else:
+            line = f"{i}. {e.get('title') or ''} {str(e.get('text') or '')[:400]}".strip()
+        if line == f"{i}.":
+            continue  # nothing readable in this payload
+        if used + len(line) > max_chars and lines:
+            break
+        lines.append(line)
+        used += len(line)
+    return "\n".join(lines)
+
+
+def entry_label(entry: dict[str, Any]) -> str:
+    """One compact result as a short label: pattern and name, or topic and subtopic."""
+    name = " — ".join(str(x) for x in (entry.get("pattern"), entry.get("name")) if x)
+    return name or " — ".join(str(x) for x in (entry.get("topic"), entry.get("subtopic")) if x) or str(entry.get("id"))
