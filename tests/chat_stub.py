@@ -62,12 +62,20 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def chat_stub() -> Iterator[tuple[str, list[dict]]]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    _Handler.log = []
+def serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Run ``handler`` on a free port of 127.0.0.1 in a thread; yield the ``/v1`` base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_port}/v1", _Handler.log
+        yield f"http://127.0.0.1:{server.server_port}/v1"
     finally:
         server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def chat_stub() -> Iterator[tuple[str, list[dict]]]:
+    _Handler.log = []
+    with serve(_Handler) as url:
+        yield url, _Handler.log

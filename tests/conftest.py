@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hyde_tutor import Bm25Encoder, EdgeStore, KoreanAwareAnalyzer, QdrantClientStore, UseEmbedder
+from hyde_tutor import Bm25Encoder, EdgeStore, KoreanAwareAnalyzer, QdrantClientStore, Retriever, UseEmbedder
 from hyde_tutor.embedders import l2_normalise
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,3 +107,16 @@ def tiny_beir(isolated_env: Path, small_corpus: Path) -> Path:
     )
     (ds / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tg-b01\t1\nq2\tg-a07\t1\n")
     return ds
+
+
+@pytest.fixture()
+def retriever(tmp_path: Path, hash_embedder: HashEmbedder, bm25: Bm25Encoder) -> Iterator[Retriever]:
+    """The four test documents (``tests/test_store.DOCS``) as collection ``grammar`` in an edge store."""
+    from hyde_tutor.ingest import ingest_documents
+    from .test_store import DOCS
+
+    store = EdgeStore(tmp_path / "edge")
+    ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
+    r = Retriever(store, hash_embedder, bm25)
+    yield r
+    r.close()

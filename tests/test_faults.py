@@ -49,11 +49,10 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +74,7 @@ from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.ingest import ingest_documents
 from hyde_tutor.retriever import Retriever
 
-from .chat_stub import completion, send_json
+from .chat_stub import completion, send_json, serve
 from .conftest import ROOT, HashEmbedder
 from .test_reliability import call_tool, tool_context
 from .test_store import DOCS
@@ -165,15 +164,8 @@ class _StubLLM(BaseHTTPRequestHandler):
 
 @contextmanager
 def stub_llm(reply: str | bytes) -> Iterator[str]:
-    handler = type("Handler", (_StubLLM,), {"reply": reply})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(type("Handler", (_StubLLM,), {"reply": reply})) as url:
+        yield url
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,6 @@ from hyde_tutor.rerank import adaptive_threshold
 from hyde_tutor.retriever import Retriever
 from hyde_tutor.store import Hit
 
-from .test_store import DOCS
 
 WANT_TO = "Конструкция: -고 싶다 желание хотеть. Пример: 가고 싶어요."
 
@@ -37,15 +36,6 @@ def _text_model(text_for=lambda prompt: WANT_TO, delay: float = 0.0, log: list |
         return ModelResponse(parts=[TextPart(result)])
 
     return FunctionModel(fn)
-
-
-@pytest.fixture()
-def retriever(tmp_path: Path, hash_embedder, bm25):
-    store = EdgeStore(tmp_path / "edge")
-    ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
-    r = Retriever(store, hash_embedder, bm25)
-    yield r
-    r.close()
 
 
 def _hyde(retriever, model, **settings) -> HydeRetriever:

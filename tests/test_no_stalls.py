@@ -6,26 +6,11 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from hyde_tutor import EdgeStore
 from hyde_tutor.config import HydeSettings
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.ingest import ingest_documents
-from hyde_tutor.retriever import Retriever
-
-from .test_store import DOCS
-
-
-@pytest.fixture()
-def retriever(tmp_path: Path, hash_embedder, bm25):
-    store = EdgeStore(tmp_path / "edge")
-    ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
-    r = Retriever(store, hash_embedder, bm25)
-    yield r
-    r.close()
 
 
 async def _max_stall(until: asyncio.Event, tick_s: float = 0.005) -> float:

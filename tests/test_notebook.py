@@ -76,16 +76,31 @@ def _outputs(nb, kind: str) -> list[dict]:  # type: ignore[no-untyped-def]
     return [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == kind]
 
 
+def _run_notebook(root: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]):  # type: ignore[no-untyped-def]
+    """Execute the notebook headless in ``root`` with this interpreter's kernel and ``env``; no cell may fail."""
+    for key, value in {
+        "JUPYTER_PATH": str(_kernelspec(root)),
+        "JUPYTER_RUNTIME_DIR": str(root / "jupyter-runtime"),
+        "IPYTHONDIR": str(root / "ipython"),
+        **env,
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    monkeypatch.delenv("HYDE_PROMPTS_DIR", raising=False)
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    # Raises CellExecutionError (with the cell and traceback) if any cell fails.
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(root)}}).execute()
+    assert not _outputs(nb, "error")
+    return nb
+
+
 def test_notebook_runs_on_a_small_slice(isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     eval_set = _mini_eval_set(isolated_env)
     ingest = CliRunner().invoke(app, ["ingest", "--collection", "mini_grammar", "--file", str(eval_set / "corpus.jsonl")])
     assert ingest.exit_code == 0, ingest.output
     saved_dir, out_dir = isolated_env / "saved-prompts", isolated_env / "out"
     repo_prompts = sorted(p.name for p in (ROOT / "prompts").glob("hypothesis_*.md"))
-    for key, value in {
-        "JUPYTER_PATH": str(_kernelspec(isolated_env)),
-        "JUPYTER_RUNTIME_DIR": str(isolated_env / "jupyter-runtime"),
-        "IPYTHONDIR": str(isolated_env / "ipython"),
+    nb = _run_notebook(isolated_env, monkeypatch, {
         "HYDE_LLM__LOCAL_MODEL": "smollm2-135m",
         "HYDE_LLM__MAX_TOKENS": "32",
         # One llama.cpp thread: with two on a 2-core machine that is busy elsewhere, the threads spin at
@@ -101,15 +116,7 @@ def test_notebook_runs_on_a_small_slice(isolated_env: Path, monkeypatch: pytest.
         "TUNE_SAVE": "always",
         "TUNE_SAVE_DIR": str(saved_dir),
         "TUNE_OUT_DIR": str(out_dir),
-    }.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("MPLBACKEND", raising=False)
-    monkeypatch.delenv("HYDE_PROMPTS_DIR", raising=False)
-
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    # Raises CellExecutionError (with the cell and traceback) if any cell fails.
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(isolated_env)}}).execute()
-    assert not _outputs(nb, "error")
+    })
 
     # A scores table with the raw reference and both prompt candidates.
     scores = json.loads((out_dir / "scores.json").read_text(encoding="utf-8"))
@@ -153,10 +160,7 @@ def test_notebook_scores_recorded_capable_model_hypotheses_with_replay(isolated_
     ingest = CliRunner().invoke(app, ["ingest", "--collection", "grammar", "--file", str(ROOT / "data" / "grammar.jsonl")])
     assert ingest.exit_code == 0, ingest.output
     out_dir = isolated_env / "out"
-    for key, value in {
-        "JUPYTER_PATH": str(_kernelspec(isolated_env)),
-        "JUPYTER_RUNTIME_DIR": str(isolated_env / "jupyter-runtime"),
-        "IPYTHONDIR": str(isolated_env / "ipython"),
+    _run_notebook(isolated_env, monkeypatch, {
         "HYDE_LLM__PROVIDER": "replay",
         "HYDE_LLM__RECORDINGS": str(ROOT / "data" / "recordings"),
         "TUNE_EVAL_DIR": str(ROOT / "data" / "eval"),
@@ -166,13 +170,7 @@ def test_notebook_scores_recorded_capable_model_hypotheses_with_replay(isolated_
         "TUNE_SHOW": "1",
         "TUNE_SAVE": "never",
         "TUNE_OUT_DIR": str(out_dir),
-    }.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("MPLBACKEND", raising=False)
-    monkeypatch.delenv("HYDE_PROMPTS_DIR", raising=False)
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(isolated_env)}}).execute()
-    assert not _outputs(nb, "error")
+    })
     scores = {r["candidate"]: r for r in json.loads((out_dir / "scores.json").read_text(encoding="utf-8"))}
     assert scores["current"]["fallback_rate"] == 0.0  # every hold-out query was recorded, 4 perspectives
     assert scores["strict"]["fallback_rate"] == 1.0  # the variant prompt was not: not_recorded, plain results

@@ -6,22 +6,19 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.models.function import FunctionModel
 
-from hyde_tutor import EdgeStore
 from hyde_tutor.config import HydeSettings, Settings
 from hyde_tutor.evaluation import load_beir
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.hypotheses import DOMAINS, HypothesisGenerator, MemoryCache
-from hyde_tutor.ingest import ingest_documents
 from hyde_tutor.llm import make_llm, replay_backend
 from hyde_tutor.prompts import default_prompts_dir, load_prompt
 from hyde_tutor.recordings import (
@@ -33,11 +30,9 @@ from hyde_tutor.recordings import (
     iter_recordings,
     record_hypotheses,
 )
-from hyde_tutor.retriever import Retriever
 
-from .chat_stub import completion, send_json
+from .chat_stub import completion, send_json, serve
 from .conftest import ROOT
-from .test_store import DOCS
 
 QUERIES = ["Как сказать, что я хочу поехать в Пусан?", "Как сказать «но» между двумя предложениями?"]
 
@@ -69,15 +64,6 @@ def _record(path: Path, model, queries=QUERIES, n: int = 2, generator=None):
     gen = generator or _generator(model)
     return asyncio.run(record_hypotheses(gen, queries, RecordingWriter(path), n=n, model="test-writer",
                                          timeout_s=5, progress=False))
-
-
-@pytest.fixture()
-def retriever(tmp_path: Path, hash_embedder, bm25):
-    store = EdgeStore(tmp_path / "edge")
-    ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
-    r = Retriever(store, hash_embedder, bm25)
-    yield r
-    r.close()
 
 
 def test_record_then_replay_serves_the_same_texts(tmp_path: Path) -> None:
@@ -197,13 +183,8 @@ def _compatible_server(book: RecordingBook) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
+    with serve(Handler) as url:
+        yield url
 
 
 def test_bundled_recordings_replay_the_same_through_an_openai_compatible_server(isolated_env: Path) -> None:
