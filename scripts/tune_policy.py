@@ -144,8 +144,7 @@ def main() -> None:
                         progress=False)
 
     def factory_for(hyde: Any) -> Any:
-        return lambda domain: HypothesisGenerator(backend.model, backend.name, domain, cache=cache, hyde=hyde,
-                                                  llm=settings.llm)
+        return lambda domain: HypothesisGenerator.for_backend(backend, domain, hyde=hyde, llm=settings.llm, cache=cache)
 
     loop = asyncio.new_event_loop()
     figures: dict[str, dict[str, Any]] = {}

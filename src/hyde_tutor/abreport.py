@@ -12,6 +12,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .experiment import ARMS as EXPERIMENT_ARMS
+from .experiment import arm_uses_hyde
+
 ARMS = ("hyde", "raw")
 
 
@@ -56,10 +59,7 @@ def _total(rec: dict[str, Any]) -> float:
 
 def _asked_otherwise(rec: dict[str, Any]) -> bool:
     requested, arm = rec.get("requested_hyde"), str(rec.get("arm", "unassigned"))
-    return requested is not None and arm in ARMS_BY_TREATMENT and requested != ARMS_BY_TREATMENT[arm]
-
-
-ARMS_BY_TREATMENT = {"hyde": True, "raw": False, "hyde+questions": True, "questions": False}
+    return requested is not None and arm in EXPERIMENT_ARMS and requested != arm_uses_hyde(arm)
 
 
 def arm_rows(records: Sequence[dict[str, Any]], by: Grouping = "assigned") -> list[ArmRow]:

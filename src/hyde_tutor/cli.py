@@ -610,17 +610,13 @@ def record(
             from .questions import QuestionGenerator
 
             documents, bad = read_documents(file)  # type: ignore[arg-type]
-            gen = QuestionGenerator(backend.model, backend.name, settings=settings.questions, llm=settings.llm,
-                                    extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency,
-                                    stream=backend.stream)
+            gen = QuestionGenerator.for_backend(backend, settings)
             report = asyncio.run(record_questions(gen, documents, writer, k=questions, model=label,
                                                   timeout_s=settings.questions.timeout_s, concurrency=concurrency))
         else:
             texts = [validate_query(q, settings.retrieval.max_query_chars) for _, q in _read_queries(queries)]  # type: ignore[arg-type]
             domain = settings.hyde.domains.get(collection, settings.hyde.default_domain)
-            hgen = HypothesisGenerator(backend.model, backend.name, domain, hyde=settings.hyde, llm=settings.llm,
-                                       extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency,
-                                       stream=backend.stream)
+            hgen = HypothesisGenerator.for_backend(backend, domain, hyde=settings.hyde, llm=settings.llm)
             report = asyncio.run(record_hypotheses(hgen, texts, writer, n=hypotheses, model=label,
                                                    timeout_s=settings.hyde.timeout_s, concurrency=concurrency))
     except HydeTutorError as exc:

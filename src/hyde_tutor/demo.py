@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,15 +87,13 @@ def _print_shown(s: Shown, echo: Callable[[str], None], width: int = 40) -> None
          f"rank {hyde_rank} with HyDE")
 
 
-@contextmanager
-def _replay_retriever(settings: Settings, retriever: Retriever) -> Iterator[HydeRetriever]:
+def _replay_retriever(settings: Settings, retriever: Retriever) -> HydeRetriever:
+    """HyDE over the bundled recordings, with the capable-model policy (replay stands in for one)."""
     backend = replay_backend(settings.llm.recordings)
     cache = MemoryCache()
-    replay = settings.model_copy(update={"llm": settings.llm.model_copy(update={"provider": "replay"})})
-    hr = HydeRetriever(retriever, lambda d: HypothesisGenerator(backend.model, backend.name, d, cache=cache,
-                                                                 hyde=replay.hyde, llm=replay.llm),
-                       replay.hyde, questions=replay.questions, weak_model=False)
-    yield hr
+    return HydeRetriever(retriever, lambda d: HypothesisGenerator.for_backend(backend, d, hyde=settings.hyde,
+                                                                             llm=settings.llm, cache=cache),
+                         settings.hyde, questions=settings.questions, weak_model=False)
 
 
 def run_demo(settings: Settings, echo: Callable[[str], None], *, eval_dir: Path = Path("data/eval"),
@@ -109,9 +106,8 @@ def run_demo(settings: Settings, echo: Callable[[str], None], *, eval_dir: Path 
              "'frontier-llm-stand-in'), replayed offline: no live model runs in this part.")
         echo("   Learner questions that do not name the pattern; the first ones in the eval sets where HyDE "
              "changes the top answer.")
-        with _replay_retriever(settings, retriever) as hr:
-            for shown in _pick(hr, eval_dir):
-                _print_shown(shown, echo)
+        for shown in _pick(_replay_retriever(settings, retriever), eval_dir):
+            _print_shown(shown, echo)
         if live:
             _live(settings, retriever, echo)
     finally:

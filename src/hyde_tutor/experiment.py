@@ -83,6 +83,11 @@ class Decision:
     """The caller's request won against the subject's arm (only with ``explicit_wins``)."""
 
 
+def arm_uses_hyde(arm: str) -> bool:
+    """The treatment an arm gives: HyDE for ``hyde`` and ``hyde+questions``."""
+    return arm.startswith("hyde")
+
+
 def decide(use_hyde: bool | None, experiment: Experiment | None, subject_id: str | None, default: bool) -> Decision:
     """Enrolled subject: the arm decides (the caller's ``use_hyde`` is recorded; it wins only with
     ``explicit_wins``). Not enrolled: explicit ``use_hyde`` > ``default``.
@@ -94,7 +99,7 @@ def decide(use_hyde: bool | None, experiment: Experiment | None, subject_id: str
     questions = None if arm == "unassigned" else "questions" in arm
     requested = None if use_hyde is None else bool(use_hyde)
     if arm != "unassigned":
-        by_arm = arm.startswith("hyde")
+        by_arm = arm_uses_hyde(arm)
         if requested is not None and experiment is not None and experiment.explicit_wins:
             return Decision(requested, arm, "explicit", name, questions, requested, requested != by_arm)
         return Decision(by_arm, arm, "experiment", name, questions, requested)

@@ -57,7 +57,6 @@ FallbackReason = Literal[
 ]
 RAW = "raw"
 QUESTIONS = "questions"
-DEFAULT_DOMAINS: dict[str, Domain] = {"grammar": "grammar", "docs": "docs"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,11 +206,8 @@ class HydeRetriever:
                 backend = make_llm(settings)
                 backend_holder.append(backend)
                 instance.closers.append(backend.close)
-            backend = backend_holder[0]
-            return HypothesisGenerator(
-                backend.model, backend.name, domain, cache=cache, hyde=settings.hyde, llm=settings.llm,
-                extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency, stream=backend.stream,
-            )
+            return HypothesisGenerator.for_backend(backend_holder[0], domain, hyde=settings.hyde, llm=settings.llm,
+                                                   cache=cache)
 
         reranker = CrossEncoderReranker(settings.hyde.reranker_model) if settings.hyde.rerank and settings.hyde.reranker_model else None
         from .llm import resolve_provider

@@ -24,7 +24,7 @@ from pydantic_ai.exceptions import UnexpectedModelBehavior
 
 from .config import HydeSettings, LLMSettings
 from .errors import HydeTutorError
-from .llm import agent_model_settings, run_text
+from .llm import LLMBackend, agent_model_settings, run_text
 from .prompts import Perspective, Prompt, load_prompt, parse_perspectives
 from .recordings import NotRecordedError, render_hypothesis_request, request_sha256
 
@@ -286,6 +286,14 @@ class HypothesisGenerator:
         self._gates: dict[int, asyncio.Semaphore] = {}
         self.agent = Agent(model, instructions=self.prompt.text, output_type=str, retries=0,
                            model_settings=ModelSettings(**settings))  # type: ignore[typeddict-item]
+
+    @classmethod
+    def for_backend(cls, backend: LLMBackend, domain: Domain, *, hyde: HydeSettings, llm: LLMSettings,
+                    cache: HypothesisCache | None = None) -> HypothesisGenerator:
+        """A generator on ``backend`` with what that backend needs: its model settings (the token budget in
+        the body), its concurrency gate (the single-slot embedded server) and streaming."""
+        return cls(backend.model, backend.name, domain, cache=cache, hyde=hyde, llm=llm,
+                   extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency, stream=backend.stream)
 
     @property
     def prompt_ref(self) -> str:

@@ -6,10 +6,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import EmbedderMismatchError, HydeTutorError
+from .errors import EmbedderMismatchError
 from .retriever import Retriever
 from .store import EdgeStore, QdrantClientStore
-from .store.base import INTERNAL_KEYS
+from .store.base import INTERNAL_KEYS, CollectionSpec
+from .store.client import SPEC_KEY
 
 __all__ = ["CollectionInfo", "describe_collection", "inspect_report"]
 
@@ -46,12 +47,7 @@ def describe_collection(retriever: Retriever, name: str) -> CollectionInfo:
         records, _ = store._call(store.client.scroll, collection_name=name, limit=1, with_payload=True)
         sample = dict(records[0].payload or {}) if records else {}
         metadata = getattr(info.config, "metadata", None) or {}
-        built = None
-        if "hyde_tutor" in json.dumps(list(metadata)):
-            try:
-                built = store.collection_spec(name).describe()
-            except HydeTutorError:
-                built = None
+        built = CollectionSpec.from_dict(metadata[SPEC_KEY]).describe() if SPEC_KEY in metadata else None
         return CollectionInfo(name=name, dense=dense, sparse=sparse, points=store.count(name),
                               sample={k: v for k, v in sample.items() if k not in INTERNAL_KEYS}, built_by_hyde_tutor=built)
     spec = store.collection_spec(name)

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from .config import LLMSettings, QuestionSettings, Settings
 from .documents import Document
-from .llm import agent_model_settings, make_llm, run_text
+from .llm import LLMBackend, agent_model_settings, make_llm, run_text
 from .prompts import Prompt, load_prompt
 from .recordings import NotRecordedError, render_questions_request
 
@@ -156,6 +156,12 @@ class QuestionGenerator:
         self.agent = Agent(model, instructions=self.prompt.text, output_type=str, retries=0,
                            model_settings=ModelSettings(**model_settings))  # type: ignore[typeddict-item]
 
+    @classmethod
+    def for_backend(cls, backend: LLMBackend, settings: Settings, *, cache: QuestionCache | None = None) -> QuestionGenerator:
+        """A generator on ``backend`` with its model settings, concurrency gate and streaming."""
+        return cls(backend.model, backend.name, cache=cache, settings=settings.questions, llm=settings.llm,
+                   extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency, stream=backend.stream)
+
     @property
     def prompt_ref(self) -> str:
         return f"{self.prompt.ref}+{self.request.ref}"
@@ -219,9 +225,4 @@ class QuestionGenerator:
 def question_generator_from_settings(settings: Settings) -> tuple[QuestionGenerator, Callable[[], None]]:
     """A generator on the configured LLM backend (the embedded model starts here) and its closer."""
     backend = make_llm(settings)
-    generator = QuestionGenerator(
-        backend.model, backend.name, cache=QuestionCache.in_data_dir(settings.data_dir), settings=settings.questions,
-        llm=settings.llm, extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency,
-        stream=backend.stream,
-    )
-    return generator, backend.close
+    return QuestionGenerator.for_backend(backend, settings, cache=QuestionCache.in_data_dir(settings.data_dir)), backend.close

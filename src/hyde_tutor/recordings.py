@@ -163,14 +163,15 @@ def render_recording(rec: Recording, prompts: _PromptFiles) -> tuple[str, str]:
 def iter_recordings(path: Path, *, strict: bool = True) -> Iterator[Recording]:
     """Records in one JSONL file. A torn last line (an interrupted append) is skipped; any other bad
     line raises :class:`RecordingFormatError` naming the file and line, unless ``strict=False``."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    text = Path(path).read_text(encoding="utf-8")
+    lines = text.splitlines()
     for no, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             yield Recording.from_obj(json.loads(line))
         except (ValueError, json.JSONDecodeError) as exc:
-            torn_tail = no == len(lines) and not Path(path).read_bytes().endswith(b"\n")
+            torn_tail = no == len(lines) and not text.endswith("\n")
             if strict and not torn_tail:
                 raise RecordingFormatError(f"{path}:{no}: not a recording ({exc}). Fix or delete that line.") from exc
 

@@ -69,9 +69,10 @@ def format_entries(entries: list[dict[str, Any]], max_chars: int = 1800) -> str:
     one example."""
     lines: list[str] = []
     used = 0
-    seen: set[str] = set()
-    unique = [e for e in entries if not (str(e.get("id", id(e))) in seen or seen.add(str(e.get("id", id(e)))))]
-    for e in unique:
+    first: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        first.setdefault(str(e.get("id", id(e))), e)  # each document once, where it first appears
+    for e in first.values():
         i = len(lines) + 1
         if "pattern" in e:
             example = (e.get("examples") or [{}])[0] or {}

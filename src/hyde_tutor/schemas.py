@@ -115,5 +115,6 @@ class FastembedBm25:
 
 
 def _vec(indices: Any, values: Any) -> SparseVec:
-    order = np.argsort(np.asarray(indices))
-    return SparseVec(tuple(int(np.asarray(indices)[i]) for i in order), tuple(float(np.asarray(values)[i]) for i in order))
+    idx, val = np.asarray(indices), np.asarray(values)
+    order = np.argsort(idx)
+    return SparseVec(tuple(int(i) for i in idx[order]), tuple(float(v) for v in val[order]))
