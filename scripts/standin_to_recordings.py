@@ -15,7 +15,8 @@ from pathlib import Path
 
 from hyde_tutor.hypotheses import DOMAINS
 from hyde_tutor.prompts import load_prompt, parse_perspectives
-from hyde_tutor.recordings import Recording, RecordingWriter, render_hypothesis_request, request_sha256, utc_now
+from hyde_tutor.recorder import RecordingWriter
+from hyde_tutor.recordings import Recording, render_hypothesis_request, request_sha256, utc_now
 
 MODEL_LABEL = "frontier-llm-stand-in"
 

@@ -54,7 +54,7 @@ async def test_a_backend_that_fails_to_start_never_blocks_the_loop(retriever) ->
 
 
 async def test_a_failed_start_is_retried_after_the_backoff(retriever, monkeypatch: pytest.MonkeyPatch) -> None:
-    import hyde_tutor.hyde as hyde_module
+    import hyde_tutor.hyde.generators as hyde_module
 
     calls: list[float] = []
 

@@ -17,7 +17,8 @@ from hyde_tutor.documents import Document
 from hyde_tutor.experiment import Experiment, decide
 from hyde_tutor.hyde import QUESTIONS, RAW, HydeRetriever
 from hyde_tutor.hypotheses import HypothesisGenerator, MemoryCache
-from hyde_tutor.ingest import ingest_documents, ingest_questions, question_point_id
+from hyde_tutor.ingest import ingest_documents, question_point_id
+from hyde_tutor.question_index import ingest_questions
 from hyde_tutor.questions import QuestionCache, QuestionGenerator, parse_questions
 from hyde_tutor.retriever import Retriever
 from hyde_tutor.store import questions_collection

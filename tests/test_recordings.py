@@ -21,15 +21,8 @@ from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.hypotheses import DOMAINS, HypothesisGenerator, MemoryCache
 from hyde_tutor.llm import make_llm, replay_backend
 from hyde_tutor.prompts import default_prompts_dir, load_prompt
-from hyde_tutor.recordings import (
-    Recording,
-    RecordingBook,
-    RecordingFormatError,
-    RecordingWriter,
-    ReplayModel,
-    iter_recordings,
-    record_hypotheses,
-)
+from hyde_tutor.recorder import RecordingWriter, record_hypotheses
+from hyde_tutor.recordings import Recording, RecordingBook, RecordingFormatError, ReplayModel, iter_recordings
 
 from .chat_stub import completion, send_json, serve
 from .conftest import ROOT
@@ -313,7 +306,7 @@ def test_cli_record_needs_queries_or_questions(isolated_env: Path) -> None:
 def test_write_time_questions_record_and_replay(tmp_path: Path) -> None:
     from hyde_tutor.documents import Document
     from hyde_tutor.questions import QuestionGenerator
-    from hyde_tutor.recordings import record_questions
+    from hyde_tutor.recorder import record_questions
 
     async def fn(messages, info):
         return ModelResponse(parts=[TextPart("Как сказать, что я хочу поехать?\nЧем -고 싶다 отличается от -고 싶어하다?")])

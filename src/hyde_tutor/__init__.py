@@ -25,7 +25,8 @@ from .monitor import Monitor, RetrievalRecord
 from .toolset import HydeSearchToolset, TutorDeps, hyde_capability, tutor_instructions
 from .retrieve_first import HydeTutor, RetrieveFirst
 from .recordings import NotRecordedError, Recording, RecordingBook, ReplayModel
-from .ingest import IngestReport, QuestionIngestReport, ingest_documents, ingest_file, ingest_questions
+from .ingest import IngestReport, ingest_documents, ingest_file
+from .question_index import QuestionIngestReport, ingest_questions
 from .questions import QuestionCache, QuestionGenerator, parse_questions, question_generator_from_settings
 from .retriever import Retriever
 from .sparse import Bm25Encoder, SparseVec

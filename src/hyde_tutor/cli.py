@@ -19,7 +19,8 @@ from .config import Settings
 from .documents import Document, iter_jsonl_documents
 from .errors import HydeTutorError
 from .evaluation import evaluate_arms, load_beir, report_json, report_table
-from .ingest import ingest_documents, ingest_file, ingest_questions, read_documents
+from .ingest import ingest_documents, ingest_file, read_documents
+from .question_index import ingest_questions
 from .questions import question_generator_from_settings
 from .hyde import FusionMode, HydeResult, HydeRetriever, RetrievedDoc
 from .retriever import Retriever, SearchMode
@@ -447,7 +448,8 @@ def bench(
 
 def _bench_pipeline(settings: Settings, docs: list[Document], latency_ms: float, n_queries: int, as_json: bool) -> None:
     from .bench import hyde_pipeline_bench
-    from .hypotheses import HypothesisGenerator, NoCache
+    from .hypotheses import HypothesisGenerator
+    from .hypothesis_cache import NoCache
     from .simulated import simulated_model
 
     model = simulated_model(latency_ms)
@@ -588,7 +590,7 @@ def record(
     """
     from .hypotheses import HypothesisGenerator
     from .llm import describe_backend, make_llm
-    from .recordings import RecordingWriter, record_hypotheses, record_questions
+    from .recorder import RecordingWriter, record_hypotheses, record_questions
 
     if (questions is None) == (queries is None):
         _fail("Give --queries FILE (hypotheses) or --questions K --file CORPUS (write-time questions).")

@@ -8,175 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
-import re
 import sqlite3
-import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
-from pathlib import Path
-from collections.abc import Sequence
-from typing import Any, Literal, Protocol
-
-from pydantic_ai.exceptions import UnexpectedModelBehavior
+from typing import Any
 
 from .config import HydeSettings, LLMSettings
 from .errors import HydeTutorError
-from .llm import LLMBackend, agent_model_settings, run_text
+from .hypothesis_cache import HypothesisCache, MemoryCache, cache_key
+from .hypothesis_domains import DOMAINS, HANGUL, Domain, normalise_length, strip_prompt_echo
+from .generation import Generation, TokenUsage, generate_text, text_agent
+from .llm import LLMBackend
 from .prompts import Perspective, Prompt, load_prompt, parse_perspectives
-from .recordings import NotRecordedError, render_hypothesis_request, request_sha256
+from .recordings import render_hypothesis_request, request_sha256
 
-Domain = Literal["grammar", "docs", "passage"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DomainProfile:
-    """What a collection's domain decides about its hypotheses: which prompt files write them and
-    which guard checks their shape. ``grammar`` and ``docs`` are the Korean tutor's corpora (a passage
-    there always carries Korean examples); ``passage`` is the HyDE paper's generic "write a passage
-    that answers the question", for any other collection, with no language guard."""
-
-    name: Domain
-    prompt: str
-    """System prompt file name (``prompts/<prompt>.v<N>.md``)."""
-    request: str
-    """User message template with ``{query}`` and ``{perspective}``."""
-    perspectives: str
-    """Perspectives file: one ``## name`` section each; N hypotheses use the first N."""
-    min_hangul_chars: int
-    """Drop a hypothesis with fewer Hangul characters (``HYDE_HYDE__MIN_HANGUL_CHARS`` overrides)."""
-
-
-DOMAINS: dict[str, DomainProfile] = {
-    "grammar": DomainProfile(name="grammar", prompt="hypothesis_grammar", request="hypothesis_request",
-                             perspectives="perspectives", min_hangul_chars=4),
-    "docs": DomainProfile(name="docs", prompt="hypothesis_docs", request="hypothesis_request",
-                          perspectives="perspectives", min_hangul_chars=4),
-    "passage": DomainProfile(name="passage", prompt="hypothesis_passage", request="hypothesis_passage_request",
-                             perspectives="perspectives_passage", min_hangul_chars=0),
-}
-PROMPT_NAMES: dict[str, str] = {name: d.prompt for name, d in DOMAINS.items()}
 MAX_HYPOTHESES = 8
 DEFAULT_HYPOTHESES = 4  # chosen on recorded capable-model hypotheses (see HydePolicy)
-_HANGUL = re.compile("[가-힣]")
-
-
-def normalise_length(text: str, length: int, exact: bool = False) -> str:
-    """Collapse whitespace; cut to at most ``length`` chars on a word boundary; pad with spaces if ``exact``."""
-    flat = " ".join(text.split())
-    if len(flat) > length:
-        head = flat[: length + 1]
-        cut = head.rfind(" ")
-        flat = (flat[:cut] if cut > 0 else flat[:length]).rstrip()
-    return flat.ljust(length) if exact else flat
-
-
-_SEGMENT_END = re.compile(r"(?<=[.!?…])\s+|\n+|\s+(?=[—–]\s)")
-_NON_WORD = re.compile(r"[^\w]+")
-
-
-def _flat(text: str) -> str:
-    """Lower case, punctuation and whitespace collapsed to single spaces: the form echoes are compared in."""
-    return " ".join(_NON_WORD.sub(" ", text.lower()).split())
-
-
-def strip_prompt_echo(text: str, prompt_texts: Sequence[str], min_words: int = 3) -> tuple[str, int]:
-    """Drop the sentences and lines of ``text`` that copy the prompt; return the rest and how many were dropped.
-
-    Small models often copy the prompt's sample entry (its Korean examples included) instead of writing
-    one about the learner's question. Those copies pull every query towards the sample's topic, so a
-    segment of at least ``min_words`` words found verbatim (ignoring case and punctuation) in a prompt
-    is removed. Short labels such as "Пример:" are kept.
-    """
-    haystack = " " + " ".join(_flat(p) for p in prompt_texts) + " "
-    kept: list[str] = []
-    dropped = 0
-    for segment in _SEGMENT_END.split(text):
-        flat = _flat(segment)
-        if len(flat.split()) >= min_words and f" {flat} " in haystack:
-            dropped += 1
-        else:
-            kept.append(segment)
-    return (" ".join(kept) if dropped else text), dropped
-
-
-# -- cache ----------------------------------------------------------------------------------------
-
-class HypothesisCache(Protocol):
-    def get(self, key: str) -> str | None: ...
-
-    def set(self, key: str, value: str) -> None: ...
-
-
-def cache_key(model: str, prompt_ref: str, query: str, perspective: str) -> str:
-    blob = json.dumps([model, prompt_ref, query.strip(), perspective], ensure_ascii=False)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-class MemoryCache:
-    """Bounded LRU in memory; thread-safe."""
-
-    def __init__(self, max_entries: int = 10_000) -> None:
-        self._data: OrderedDict[str, str] = OrderedDict()
-        self._lock = threading.Lock()
-        self.max_entries = max_entries
-
-    def get(self, key: str) -> str | None:
-        with self._lock:
-            if key in self._data:
-                self._data.move_to_end(key)
-                return self._data[key]
-            return None
-
-    def set(self, key: str, value: str) -> None:
-        with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.max_entries:
-                self._data.popitem(last=False)
-
-
-class DiskCache:
-    """SQLite file cache (survives restarts: evaluation re-runs cost no LLM calls).
-
-    Its calls touch the disk, so the generator makes them in a worker thread (``blocking``)."""
-
-    blocking = True
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
-        self._db.execute("CREATE TABLE IF NOT EXISTS hypotheses (key TEXT PRIMARY KEY, text TEXT NOT NULL)")
-        self._db.commit()
-
-    def get(self, key: str) -> str | None:
-        with self._lock:
-            row = self._db.execute("SELECT text FROM hypotheses WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
-
-    def set(self, key: str, value: str) -> None:
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO hypotheses (key, text) VALUES (?, ?)", (key, value))
-            self._db.commit()
-
-
-class NoCache:
-    def get(self, key: str) -> str | None:
-        return None
-
-    def set(self, key: str, value: str) -> None:
-        return None
-
-
-def make_cache(kind: str, data_dir: Path) -> HypothesisCache:
-    if kind == "disk":
-        return DiskCache(data_dir / "cache" / "hypotheses.sqlite")
-    if kind == "off":
-        return NoCache()
-    return MemoryCache()
 
 
 # -- results --------------------------------------------------------------------------------------
@@ -186,18 +33,6 @@ class Hypothesis:
     text: str
     perspective: str
     cached: bool = False
-
-
-@dataclass(slots=True)
-class TokenUsage:
-    requests: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    def add(self, other: TokenUsage) -> None:
-        self.requests += other.requests
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
 
 
 @dataclass(slots=True)
@@ -229,17 +64,6 @@ class GenerationResult:
         return "empty_hypotheses"
 
 
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    perspective: str
-    text: str | None = None
-    cached: bool = False
-    error: str | None = None
-    timed_out: bool = False
-    not_recorded: bool = False
-    usage: TokenUsage = field(default_factory=TokenUsage)
-
-
 # -- generator ------------------------------------------------------------------------------------
 
 class HypothesisGenerator:
@@ -261,9 +85,6 @@ class HypothesisGenerator:
         max_concurrency: int | None = None,
         stream: bool = False,
     ) -> None:
-        from pydantic_ai import Agent
-        from pydantic_ai.settings import ModelSettings
-
         if domain not in DOMAINS:
             raise HydeTutorError(f"Unknown HyDE domain {domain!r}; choose one of {', '.join(DOMAINS)}.")
         self.domain = domain
@@ -278,14 +99,12 @@ class HypothesisGenerator:
         self.min_hangul_chars = (self.profile.min_hangul_chars if self.hyde.min_hangul_chars is None
                                  else self.hyde.min_hangul_chars)
         llm = llm or LLMSettings()
-        settings = agent_model_settings(llm, llm.max_tokens, extra_settings)
         # A single-slot backend (the embedded llama.cpp server) serves one request at a time: queue here,
         # so the timeout measures the model's work and not the wait in the server's queue.
         self.max_concurrency = max_concurrency
         self.stream = stream  # see llm.run_text: lets a timeout stop the embedded server's generation
         self._gates: dict[int, asyncio.Semaphore] = {}
-        self.agent = Agent(model, instructions=self.prompt.text, output_type=str, retries=0,
-                           model_settings=ModelSettings(**settings))  # type: ignore[typeddict-item]
+        self.agent = text_agent(model, self.prompt.text, llm, llm.max_tokens, extra_settings)
 
     @classmethod
     def for_backend(cls, backend: LLMBackend, domain: Domain, *, hyde: HydeSettings, llm: LLMSettings,
@@ -317,20 +136,19 @@ class HypothesisGenerator:
         outcomes = await asyncio.gather(*(self._one(query, p, timeout) for p in self.perspectives[:n]))
         result = GenerationResult(seconds=time.perf_counter() - started)
         seen: set[str] = set()
-        for out in outcomes:
+        for perspective, (out, cached) in zip(self.perspectives[:n], outcomes, strict=True):
             result.usage.add(out.usage)
-            if out.timed_out:
+            if out.failure == "timeout":
                 result.timeouts += 1
-            elif out.not_recorded:
+            elif out.failure == "not_recorded":
                 result.not_recorded += 1
-            elif out.error is not None:
-                result.errors.append(f"{out.perspective}: {out.error}")
+            elif out.failure == "llm_error":
+                result.errors.append(f"{perspective.name}: {out.error}")
             else:
-                self._keep(out, result, seen)
+                self._keep(out.text or "", perspective.name, cached, result, seen)
         return result
 
-    def _keep(self, out: _Outcome, result: GenerationResult, seen: set[str]) -> None:
-        text = out.text or ""
+    def _keep(self, text: str, perspective: str, cached: bool, result: GenerationResult, seen: set[str]) -> None:
         if self.hyde.strip_prompt_echo:
             text, dropped = strip_prompt_echo(text, (self.prompt.text, self.request.text))
             result.echoed_segments += dropped
@@ -338,13 +156,13 @@ class HypothesisGenerator:
         fingerprint = " ".join(text.lower().split())
         if not fingerprint:
             result.empty += 1
-        elif len(_HANGUL.findall(text)) < self.min_hangul_chars:
+        elif len(HANGUL.findall(text)) < self.min_hangul_chars:
             result.rejected += 1  # wrong shape: a corpus passage always carries Korean examples
         elif fingerprint in seen:
             result.duplicates += 1
         else:
             seen.add(fingerprint)
-            result.hypotheses.append(Hypothesis(text, out.perspective, out.cached))
+            result.hypotheses.append(Hypothesis(text, perspective, cached))
 
     def _gate(self) -> Any:
         if not self.max_concurrency:
@@ -371,25 +189,16 @@ class HypothesisGenerator:
         except (sqlite3.Error, OSError):
             pass
 
-    async def _one(self, query: str, perspective: Perspective, timeout: float) -> _Outcome:
+    async def _one(self, query: str, perspective: Perspective, timeout: float) -> tuple[Generation, bool]:
+        """One hypothesis: from the cache, else one gated, timed call (cached when it wrote something)."""
         # keyed by the exact request (system prompt + user message: every prompt file's text, the
         # perspective's wording, the query), so an edited prompt never gets another prompt's hypotheses
         user = self.user_prompt(query, perspective)
         key = cache_key(self.model_name, request_sha256(self.prompt.text, user), query, perspective.name)
         cached = await self._cache_get(key)
         if cached is not None:
-            return _Outcome(perspective.name, cached, cached=True)
-        try:
-            async with self._gate():
-                run = await asyncio.wait_for(run_text(self.agent, user, stream=self.stream), timeout)
-        except (asyncio.TimeoutError, TimeoutError):
-            return _Outcome(perspective.name, timed_out=True)
-        except UnexpectedModelBehavior:  # e.g. an empty completion: no usable text came back
-            return _Outcome(perspective.name, text="")
-        except NotRecordedError:  # the replay provider: counted apart from real LLM failures
-            return _Outcome(perspective.name, not_recorded=True)
-        except Exception as exc:  # noqa: BLE001 - any backend failure becomes a recorded reason
-            return _Outcome(perspective.name, error=f"{type(exc).__name__}: {exc}"[:300])
-        if run.text.strip():
-            await self._cache_set(key, run.text)
-        return _Outcome(perspective.name, run.text, usage=TokenUsage(run.requests, run.input_tokens, run.output_tokens))
+            return Generation(cached), True
+        out = await generate_text(self.agent, user, timeout_s=timeout, stream=self.stream, gate=self._gate())
+        if out.text and out.text.strip():
+            await self._cache_set(key, out.text)
+        return out, False

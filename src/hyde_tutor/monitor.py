@@ -14,13 +14,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import os
+import numpy as np
 
-# A library must not nag its users: spans are no-ops until *they* call logfire.configure().
-os.environ.setdefault("LOGFIRE_IGNORE_NO_CONFIG", "1")
-
-import logfire  # noqa: E402
-import numpy as np  # noqa: E402
+from .telemetry import logfire
 
 _counter = logfire.metric_counter("hyde.retrievals", unit="1", description="Retrievals by arm and fallback reason")
 _stage_ms = logfire.metric_histogram("hyde.stage_ms", unit="ms", description="Latency per retrieval stage")

@@ -25,11 +25,12 @@ from tqdm import tqdm
 
 from .config import LLMSettings, QuestionSettings, Settings
 from .documents import Document
-from .llm import LLMBackend, agent_model_settings, make_llm, run_text
+from .generation import generate_text, text_agent
+from .ingest import MAX_QUESTIONS
+from .llm import LLMBackend, make_llm
 from .prompts import Prompt, load_prompt
-from .recordings import NotRecordedError, render_questions_request
+from .recordings import render_questions_request
 
-MAX_QUESTIONS = 10
 CACHE_FORMAT = 1  # bump when the cache line layout changes: old files are then ignored, not misread
 _BULLET = re.compile(r"^\s*(?:[-*•–—]+|\d{1,2}[.)]|[(]\d{1,2}[)])\s*")
 _MIN_CHARS = 8
@@ -142,19 +143,14 @@ class QuestionGenerator:
         max_concurrency: int | None = None,
         stream: bool = False,
     ) -> None:
-        from pydantic_ai import Agent
-        from pydantic_ai.settings import ModelSettings
-
         self.model_name = model_name
         self.stream = stream  # see llm.run_text
         self.settings = settings or QuestionSettings()
         self.prompt = prompt or load_prompt("questions")
         self.request = request or load_prompt("questions_request")
         self.cache = cache
-        model_settings = agent_model_settings(llm or LLMSettings(), self.settings.max_tokens, extra_settings)
         self._semaphore_size = max_concurrency or self.settings.concurrency
-        self.agent = Agent(model, instructions=self.prompt.text, output_type=str, retries=0,
-                           model_settings=ModelSettings(**model_settings))  # type: ignore[typeddict-item]
+        self.agent = text_agent(model, self.prompt.text, llm or LLMSettings(), self.settings.max_tokens, extra_settings)
 
     @classmethod
     def for_backend(cls, backend: LLMBackend, settings: Settings, *, cache: QuestionCache | None = None) -> QuestionGenerator:
@@ -203,17 +199,11 @@ class QuestionGenerator:
             cached = self.cache.get(key)
             if cached:
                 return DocumentQuestions(doc.id, cached, cached=True)
-        try:
-            async with gate:
-                run = await asyncio.wait_for(run_text(self.agent, self.user_prompt(doc, k), stream=self.stream),
-                                             self.settings.timeout_s)
-        except (asyncio.TimeoutError, TimeoutError):
-            return DocumentQuestions(doc.id, failure="timeout")
-        except NotRecordedError:
-            return DocumentQuestions(doc.id, failure="not_recorded")
-        except Exception as exc:  # noqa: BLE001 - any backend failure is recorded; the ingest goes on
-            return DocumentQuestions(doc.id, failure=f"llm_error: {type(exc).__name__}: {exc}"[:300])
-        questions = parse_questions(run.text, k)
+        out = await generate_text(self.agent, self.user_prompt(doc, k), timeout_s=self.settings.timeout_s,
+                                  stream=self.stream, gate=gate)
+        if out.failure is not None:
+            return DocumentQuestions(doc.id, failure=f"llm_error: {out.error}" if out.error else out.failure)
+        questions = parse_questions(out.text or "", k)
         if not questions:
             return DocumentQuestions(doc.id, failure="empty")
         if self.cache is not None:

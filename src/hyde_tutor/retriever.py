@@ -76,6 +76,10 @@ class Retriever:
     def close(self) -> None:
         self.store.close()
 
+    def is_checked(self, collection: str) -> bool:
+        """Whether :meth:`check_collection` already passed for ``collection`` (then it costs nothing)."""
+        return collection in self._checked
+
     def check_collection(self, collection: str) -> CollectionSpec:
         """The collection's spec; raises if it is missing or was built by other embedders. A collection with
         a schema (built elsewhere) only has to exist: its schema says how to search it."""

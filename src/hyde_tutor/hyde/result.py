@@ -1,0 +1,54 @@
+"""What a HyDE search returns: built once, at the end of the pipeline, and never changed after."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..hypotheses import Hypothesis, TokenUsage
+
+FallbackReason = Literal[
+    "llm_error", "timeout", "not_recorded", "empty_hypotheses", "off_topic", "no_results", "embed_error", "disabled"
+]
+RAW = "raw"
+QUESTIONS = "questions"
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievedDoc:
+    """One result: ORIGINAL document id, score, payload, and the channels that found it."""
+
+    id: str
+    score: float
+    payload: dict[str, Any]
+    channels: tuple[str, ...] = (RAW,)
+
+
+@dataclass(frozen=True, slots=True)
+class StageTimings:
+    """Milliseconds per stage. ``raw`` overlaps ``generate`` (they run in parallel)."""
+
+    raw_ms: float = 0.0
+    generate_ms: float = 0.0
+    embed_ms: float = 0.0
+    search_ms: float = 0.0
+    rerank_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class HydeResult:
+    """One search's outcome: the results, whether HyDE shaped them (or why not), and what it cost."""
+
+    query: str
+    collection: str
+    results: list[RetrievedDoc]
+    used_hyde: bool
+    fallback_reason: FallbackReason | None
+    hypotheses: list[Hypothesis] = field(default_factory=list)
+    timings: StageTimings = field(default_factory=StageTimings)
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    effective_threshold: float | None = None
+    errors: list[str] = field(default_factory=list)
+    fusion: str = "rrf"
+    used_questions: bool = False

@@ -1,0 +1,262 @@
+"""The HyDE pipeline's stages. Each takes values and returns a new frozen value; none keeps state.
+
+    raw channel ─┐
+                 ├─ hypothesis channels ─ gate ─ fusion ─ rerank ─ threshold
+    generation ──┘
+
+The raw channel and the generation run at the same time (``pipeline.py`` composes them); the raw
+channel's encoding is reused by the hypothesis channels (the legs HyDE does not replace, ``mean``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..config import HydeSettings
+from ..errors import EmbedderError
+from ..fusion import (
+    agreement,
+    channels_by_doc,
+    max_score_fusion,
+    mean_vector,
+    protect_head,
+    reciprocal_rank_fusion,
+    weighted_score_fusion,
+)
+from ..hypotheses import Hypothesis
+from ..telemetry import logfire
+from ..rerank import Reranker, adaptive_threshold
+from ..retriever import EncodedQueries, Retriever
+from ..sparse import SparseVec
+from ..store import Hit, questions_collection
+from .policy import AGREEMENT_DEPTH, FusionMode, HydeLegs, HydePolicy
+from .result import QUESTIONS, RAW, RetrievedDoc
+
+Channels = Mapping[str, list[Hit]]
+
+
+@dataclass(frozen=True, slots=True)
+class RawChannel:
+    """The query-only channels (``raw``, plus ``questions`` when asked for) and the query's encoding."""
+
+    channels: Channels
+    encoding: EncodedQueries
+    ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class HypothesisChannels:
+    """One ranking per hypothesis (or one ``hyde:mean``); ``error`` when embedding them failed."""
+
+    channels: Channels
+    embed_ms: float = 0.0
+    search_ms: float = 0.0
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Gated:
+    """The hypothesis channels that agree with the raw query, and a note for each one dropped."""
+
+    channels: Channels
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """Channel weights for rrf and score fusion."""
+
+    raw: float = 1.0
+    hypothesis: float = 1.0
+    questions: float = 1.0
+    rrf_k: int = 60
+
+    @classmethod
+    def of(cls, policy: HydePolicy, questions_weight: float) -> Weights:
+        return cls(policy.raw_weight, policy.hypothesis_weight, questions_weight, policy.rrf_k)
+
+    def __call__(self, channel: str) -> float:
+        if channel == RAW:
+            return self.raw
+        if channel == QUESTIONS:
+            return self.questions
+        return self.hypothesis  # every other channel is a hypothesis (see is_hypothesis)
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholded:
+    """The results that pass the adaptive threshold, cut to ``top_k``."""
+
+    docs: list[RetrievedDoc]
+    threshold: float | None
+
+
+def is_hypothesis(channel: str) -> bool:
+    """Channels other than the query-only ones (raw, questions) come from hypotheses."""
+    return channel not in (RAW, QUESTIONS)
+
+
+# -- raw channel ------------------------------------------------------------------------------------
+
+def search_raw(retriever: Retriever, collection: str, text: str, depth: int, questions: bool = False) -> RawChannel:
+    """Encode the query once and search with it (and the write-time questions, when on). Blocking."""
+    started = time.perf_counter()
+    with logfire.span("hyde.raw_channel", questions=questions):
+        enc = retriever.encode([text], collection)
+        hits = retriever.store.search_batch(collection, [retriever.request(enc, 0, depth, collection=collection)])[0]
+        channels = {RAW: hits}
+        if questions:
+            channels[QUESTIONS] = search_questions(retriever, collection, enc, depth)
+    return RawChannel(channels, enc, (time.perf_counter() - started) * 1000)
+
+
+def search_questions(retriever: Retriever, collection: str, enc: EncodedQueries, depth: int) -> list[Hit]:
+    """Search the question points; a document matched by several questions counts once (its best)."""
+    hits = retriever.store.search_batch(questions_collection(collection), [retriever.request(enc, 0, depth * 4)])[0]
+    best: dict[str, Hit] = {}
+    for h in hits:  # hits are score-ordered: the first one per document is its best question
+        if h.doc_id not in best:  # the parent's payload, without the matched question
+            best[h.doc_id] = Hit(h.doc_id, h.score, {k: v for k, v in h.payload.items() if k != "question"})
+    return list(best.values())[:depth]
+
+
+# -- hypothesis channels ----------------------------------------------------------------------------
+
+def search_hypotheses(
+    retriever: Retriever, collection: str, hypotheses: Sequence[Hypothesis], raw: EncodedQueries,
+    policy: HydePolicy, fusion: FusionMode, depth: int,
+) -> HypothesisChannels:
+    """Embed all hypotheses in one batch and run all their searches in one batched store call. Blocking.
+
+    An embedding failure (e.g. a rate limit on the hypotheses' batch) comes back as ``error``."""
+    started = time.perf_counter()
+    with logfire.span("hyde.embed", n=len(hypotheses)):
+        try:
+            hyp = retriever.encode([h.text for h in hypotheses], collection)
+        except EmbedderError as exc:
+            return HypothesisChannels({}, error=f"{type(exc).__name__}: {exc}"[:300])
+    embedded = time.perf_counter()
+    with logfire.span("hyde.store_search", fusion=fusion):
+        channels = _search_encoded(retriever, collection, hypotheses, hyp, raw, policy.legs, fusion, depth)
+    done = time.perf_counter()
+    return HypothesisChannels(channels, (embedded - started) * 1000, (done - embedded) * 1000)
+
+
+def _search_encoded(
+    retriever: Retriever, collection: str, hypotheses: Sequence[Hypothesis], hyp: EncodedQueries,
+    raw: EncodedQueries, legs: HydeLegs, fusion: FusionMode, depth: int,
+) -> dict[str, list[Hit]]:
+    if fusion == "mean":
+        dense = mean_vector(np.vstack([raw.dense, hyp.dense]))
+        merged = EncodedQueries(dense[None, :], [merge_sparse([*raw.sparse, *hyp.sparse])])
+        return {"hyde:mean": retriever.store.search_batch(collection, [retriever.request(merged, 0, depth, collection=collection)])[0]}
+    hyp = with_legs(hyp, raw, legs)
+    requests = [retriever.request(hyp, i, depth, collection=collection) for i in range(len(hypotheses))]
+    found = retriever.store.search_batch(collection, requests)  # one batched call for all hypotheses
+    return {f"hyde:{h.perspective}": hits for h, hits in zip(hypotheses, found, strict=True)}
+
+
+def with_legs(hyp: EncodedQueries, raw: EncodedQueries, legs: HydeLegs) -> EncodedQueries:
+    """Hypothesis encodings with the query's own vector on the leg(s) HyDE does not replace."""
+    n = len(hyp.sparse)
+    if legs == "dense":
+        return EncodedQueries(hyp.dense, [raw.sparse[0]] * n)
+    if legs == "sparse":
+        return EncodedQueries(np.repeat(raw.dense[:1], n, axis=0), hyp.sparse)
+    return hyp
+
+
+def merge_sparse(vectors: Sequence[SparseVec]) -> SparseVec:
+    """Sum sparse vectors term by term (the sparse half of ``mean`` fusion)."""
+    weights: dict[int, float] = {}
+    for v in vectors:
+        for i, w in zip(v.indices, v.values, strict=True):
+            weights[i] = weights.get(i, 0.0) + w
+    items = sorted(weights.items())
+    return SparseVec(tuple(i for i, _ in items), tuple(w for _, w in items))
+
+
+# -- gate, fusion -----------------------------------------------------------------------------------
+
+def gate(channels: Channels, raw_hits: Sequence[Hit], min_agreement: int) -> Gated:
+    """Keep the hypothesis channels that share at least ``min_agreement`` of their top 10 with the raw
+    query's top 10 (off-topic hypotheses from a weak model drop out)."""
+    if min_agreement <= 0:
+        return Gated(channels)
+    anchor = [h.doc_id for h in raw_hits]
+    kept: dict[str, list[Hit]] = {}
+    notes: list[str] = []
+    for name, hits in channels.items():
+        shared = agreement([h.doc_id for h in hits], anchor, AGREEMENT_DEPTH)
+        if shared >= min_agreement:
+            kept[name] = hits
+        else:
+            notes.append(f"{name} dropped as off-topic: {shared}/{AGREEMENT_DEPTH} shared with the raw top "
+                         f"{AGREEMENT_DEPTH}, need {min_agreement}")
+    return Gated(kept, tuple(notes))
+
+
+def fuse(channels: Channels, fusion: FusionMode, weights: Weights) -> list[RetrievedDoc]:
+    """One ranking from several: weighted RRF, weighted score sum (the hypotheses share their weight),
+    or each document's best score (``max``, and ``mean``'s single channel deduplicated against raw)."""
+    payloads: dict[str, dict[str, Any]] = {}
+    for hits in channels.values():
+        for h in hits:
+            payloads.setdefault(h.doc_id, h.payload)
+    found_by = channels_by_doc({name: [h.doc_id for h in hits] for name, hits in channels.items()})
+    if fusion == "rrf":
+        ranked = reciprocal_rank_fusion([[h.doc_id for h in hits] for hits in channels.values()], weights.rrf_k,
+                                        [weights(n) for n in channels])
+    elif fusion == "score":
+        n_hyp = sum(1 for name in channels if is_hypothesis(name))
+        shares = [weights(n) / (n_hyp if is_hypothesis(n) else 1) for n in channels]
+        ranked = weighted_score_fusion([[(h.doc_id, h.score) for h in hits] for hits in channels.values()], shares)
+    else:
+        ranked = max_score_fusion([[(h.doc_id, h.score) for h in hits] for hits in channels.values()])
+    return [RetrievedDoc(d, s, payloads[d], found_by[d]) for d, s in ranked]
+
+
+def fuse_hyde(
+    raw: Channels, hypotheses: Channels, fusion: FusionMode, weights: Weights, include_raw: bool, protect_top: int,
+) -> list[RetrievedDoc]:
+    """The hypothesis channels fused with the query-only ones (raw left out when ``include_raw`` is off;
+    the questions channel always stays), the raw query's top ``protect_top`` kept on top."""
+    if include_raw:
+        channels = {**raw, **hypotheses}
+    else:
+        channels = {**({QUESTIONS: raw[QUESTIONS]} if QUESTIONS in raw else {}), **hypotheses}
+    fused = fuse(channels, fusion, weights)
+    if include_raw and protect_top:
+        by_id = {d.id: d for d in fused}
+        order = protect_head([(d.id, d.score) for d in fused], [h.doc_id for h in raw[RAW]], protect_top)
+        fused = [RetrievedDoc(d, s, by_id[d].payload, by_id[d].channels) for d, s in order]
+    return fused
+
+
+def plain(raw: Channels, weights: Weights) -> list[RetrievedDoc]:
+    """The fallback: raw results (RRF-fused with the questions channel when it is on)."""
+    if len(raw) == 1:
+        return [RetrievedDoc(h.doc_id, h.score, h.payload, (RAW,)) for h in raw[RAW]]
+    return fuse(raw, "rrf", weights)
+
+
+# -- rerank, threshold ------------------------------------------------------------------------------
+
+def rerank(reranker: Reranker, query: str, docs: Sequence[RetrievedDoc], texts: Sequence[str]) -> list[RetrievedDoc]:
+    """Re-order ``docs`` by the reranker's score against the ORIGINAL query. Blocking."""
+    scores = reranker.scores(query, texts)
+    order = sorted(range(len(docs)), key=lambda i: -scores[i])
+    return [RetrievedDoc(docs[i].id, scores[i], docs[i].payload, docs[i].channels) for i in order]
+
+
+def threshold(docs: Sequence[RetrievedDoc], top_k: int, settings: HydeSettings) -> Thresholded:
+    """Step a relative score threshold down until enough results pass, then cut to ``top_k``."""
+    s = settings
+    value, kept = adaptive_threshold([d.score for d in docs], min(top_k, s.threshold_min_results),
+                                     s.threshold_start, s.threshold_step, s.threshold_floor)
+    return Thresholded(list(docs[: min(kept, top_k)]), value)
