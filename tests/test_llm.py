@@ -56,7 +56,8 @@ def test_provider_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     assert resolve_provider(LLMSettings()) == "local"
     assert resolve_provider(LLMSettings(base_url="http://127.0.0.1:11434/v1")) == "openai-compatible"
-    assert resolve_provider(LLMSettings(api_key="sk-x")) == "openai"
+    keyed = Settings(openai={"api_key": "sk-x"})  # the one OpenAI key, HYDE_OPENAI__API_KEY
+    assert resolve_provider(keyed) == "openai"
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
     assert resolve_provider(LLMSettings()) == "openai"
     assert resolve_provider(LLMSettings(provider="local")) == "local"

@@ -43,12 +43,14 @@ from hyde_tutor import (
     Settings,
     TutorDeps,
 )
-from hyde_tutor.config import HydeSettings, LLMSettings
+from hyde_tutor.config import HydeSettings, LLMSettings, OpenAISettings
 from hyde_tutor.embedders import OpenAIEmbedder
 from hyde_tutor.errors import EmbedderError
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.hypotheses import HypothesisGenerator, NoCache
+from hyde_tutor.hypotheses import HypothesisGenerator
+from hyde_tutor.hypothesis_cache import NoCache
 from hyde_tutor.ingest import ingest_documents
+from hyde_tutor.llm import openai_key, resolve_provider
 from hyde_tutor.retriever import Retriever
 from hyde_tutor.simulated import simulated_model
 
@@ -57,10 +59,9 @@ from .test_faults import _closed_port
 from .test_reliability import call_tool, tool_context
 from .test_store import DOCS
 
-LLM_KEY = "sk-llm-S3CRET-7f3a9c"
+LLM_KEY = "sk-openai-S3CRET-51d2"  # the one OpenAI key: the LLM and the OpenAI embedder both use it
 SECRETS = {
-    "HYDE_LLM__API_KEY": LLM_KEY,
-    "HYDE_OPENAI__API_KEY": "sk-openai-S3CRET-51d2",
+    "HYDE_OPENAI__API_KEY": LLM_KEY,
     "HYDE_QDRANT__API_KEY": "qdrant-S3CRET-0b77",
     "HYDE_MONITOR__LOGFIRE_TOKEN": "pylf_v1_eu_S3CRET-c4e1",
 }
@@ -80,7 +81,8 @@ def _credential_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tup
 
 def test_every_credential_setting_is_a_secret_str() -> None:
     fields = dict(_credential_fields(Settings))
-    assert {"llm.api_key", "openai.api_key", "qdrant.api_key", "monitor.logfire_token"} <= set(fields)
+    assert {"openai.api_key", "qdrant.api_key", "monitor.logfire_token"} <= set(fields)
+    assert "llm.api_key" not in fields  # one OpenAI key (openai.api_key) for the LLM and embeddings
     for name, annotation in fields.items():
         assert SecretStr in (annotation, *get_args(annotation)), f"{name} is {annotation}, not SecretStr"
 
@@ -89,9 +91,11 @@ def test_secrets_from_env_are_masked_everywhere_settings_are_printed(isolated_en
     for key, value in SECRETS.items():
         monkeypatch.setenv(key, value)
     settings = Settings()
-    assert settings.llm.api_key is not None and settings.llm.api_key.get_secret_value() == LLM_KEY
+    assert settings.openai.api_key is not None and settings.openai.api_key.get_secret_value() == LLM_KEY
+    assert openai_key(settings) == LLM_KEY and resolve_provider(settings) == "openai"  # what the LLM uses
     assert settings.monitor.logfire_token.get_secret_value() == SECRETS["HYDE_MONITOR__LOGFIRE_TOKEN"]  # type: ignore[union-attr]
-    shown = [repr(settings), str(settings), repr(settings.llm), settings.model_dump_json(),
+    assert LLM_KEY not in repr(settings.llm) and LLM_KEY not in str(settings.llm.model_dump())
+    shown = [repr(settings), str(settings), repr(settings.openai), settings.model_dump_json(),
              json.dumps(settings.model_dump(mode="json")), str(settings.model_dump())]
     for text in shown:
         assert "**********" in text
@@ -148,7 +152,8 @@ def test_api_key_never_reaches_logs_metrics_or_spans(isolated_env: Path, hash_em
     try:
         with capturing_llm() as (base_url, authorizations):
             for url in (base_url, f"http://127.0.0.1:{_closed_port()}/v1"):  # a working server, then a dead one
-                settings = Settings(llm=LLMSettings(base_url=url, model="stub", api_key=SecretStr(LLM_KEY)),
+                settings = Settings(llm=LLMSettings(base_url=url, model="stub"),
+                                    openai=OpenAISettings(api_key=SecretStr(LLM_KEY)),
                                     hyde=HydeSettings(n_hypotheses=2, cache="off", timeout_s=30))
                 hr = HydeRetriever.from_settings(settings, retriever=retriever)
                 result = Agent(_tool_then_answer({"query": "как сказать хочу", "use_hyde": True}), deps_type=TutorDeps,
@@ -178,12 +183,12 @@ def test_api_key_never_reaches_logs_metrics_or_spans(isolated_env: Path, hash_em
 
 
 def test_openai_embedder_errors_do_not_carry_the_key() -> None:
-    embedder = OpenAIEmbedder(api_key=SECRETS["HYDE_OPENAI__API_KEY"], base_url=f"http://127.0.0.1:{_closed_port()}/v1",
+    embedder = OpenAIEmbedder(api_key=LLM_KEY, base_url=f"http://127.0.0.1:{_closed_port()}/v1",
                               dimensions=8, timeout_s=2)
     with pytest.raises(EmbedderError) as info:
         embedder.embed(["текст"])
     assert "unreachable" in str(info.value)
-    assert SECRETS["HYDE_OPENAI__API_KEY"] not in str(info.value) and SECRETS["HYDE_OPENAI__API_KEY"] not in repr(embedder)
+    assert LLM_KEY not in str(info.value) and LLM_KEY not in repr(embedder) and LLM_KEY[-6:] not in repr(info.value)
 
 
 # -- prompt injection ---------------------------------------------------------------------------

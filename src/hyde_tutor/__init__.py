@@ -5,7 +5,14 @@ from __future__ import annotations
 from .analysis import KoreanAwareAnalyzer
 from .config import Settings
 from .documents import Document, point_id_for
-from .embedders import DenseEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder, UseEmbedder, make_dense_embedder
+from .embedders import (
+    DenseEmbedder,
+    OpenAIEmbedder,
+    PydanticAIEmbedder,
+    SentenceTransformerEmbedder,
+    UseEmbedder,
+    make_dense_embedder,
+)
 from .errors import (
     CollectionNotFoundError,
     CorpusFormatError,
@@ -80,6 +87,7 @@ __all__ = [
     "IngestReport",
     "KoreanAwareAnalyzer",
     "OpenAIEmbedder",
+    "PydanticAIEmbedder",
     "QdrantClientStore",
     "QueryValidationError",
     "Retriever",

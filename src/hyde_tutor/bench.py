@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -35,7 +34,7 @@ class BenchRow:
     unit: str
 
 
-def _timed(fn: Callable[[], object]) -> float:
+def timed(fn: Callable[[], object]) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
@@ -44,8 +43,8 @@ def _timed(fn: Callable[[], object]) -> float:
 def embedding_throughput(dense: DenseEmbedder, sparse: Bm25Encoder, texts: Sequence[str], batch_size: int) -> list[BenchRow]:
     dense.embed(texts[:2])  # load the model outside the timing
     sparse.encode_documents(texts[:2])
-    d = _timed(lambda: embed_in_batches(dense, list(texts), batch_size))
-    s = _timed(lambda: sparse.encode_documents(texts))
+    d = timed(lambda: embed_in_batches(dense, list(texts), batch_size))
+    s = timed(lambda: sparse.encode_documents(texts))
     return [
         BenchRow(f"dense embed ({dense.name}, batch {batch_size})", len(texts) / d, "texts/s"),
         BenchRow("sparse BM25 encode (kiwi + snowball)", len(texts) / s, "texts/s"),
@@ -81,12 +80,12 @@ def query_latency(
         t_ingest = 0.0
         for start in tqdm(range(0, n_points, 2000), desc=f"build {n_points} points", disable=not progress):
             pts = _synthetic_points(rng, start, min(2000, n_points - start), dim)
-            t_ingest += _timed(lambda: store.upsert("synthetic", pts))
-        t_index = _timed(lambda: store.finish_ingest("synthetic"))
+            t_ingest += timed(lambda: store.upsert("synthetic", pts))
+        t_index = timed(lambda: store.finish_ingest("synthetic"))
         requests = [_query(rng, dim, retrieval) for _ in range(n_queries)]
         store.search_batch("synthetic", requests[:20])  # warm caches
-        lat = [_timed(lambda r=r: store.search_batch("synthetic", [r])) * 1000 for r in requests]
-        batch_ms = _timed(lambda: store.search_batch("synthetic", requests[:32])) * 1000
+        lat = [timed(lambda r=r: store.search_batch("synthetic", [r])) * 1000 for r in requests]
+        batch_ms = timed(lambda: store.search_batch("synthetic", requests[:32])) * 1000
     label = f"{n_points // 1000}k"
     return [
         BenchRow(f"upsert {label} points", n_points / t_ingest, "points/s"),
@@ -126,61 +125,3 @@ def format_rows(rows: Sequence[BenchRow]) -> str:
     return "\n".join([f"{'benchmark':<{width}}{'value':>12}  unit", "-" * (width + 20)] + [
         f"{r.name:<{width}}{r.value:>12.2f}  {r.unit}" for r in rows
     ])
-
-
-# -- HyDE pipeline overhead (simulated LLM) -------------------------------------------------------
-
-def hyde_pipeline_bench(hyde: Any, collection: str, queries: Sequence[str], latency_ms: float, sizes: Sequence[int] = (1, 3, 8)) -> dict[str, float]:
-    """End-to-end p50 of the concurrent pipeline vs the ideal and a sequential implementation.
-
-    ideal = one LLM call + embedding one hypothesis + one hybrid search (measured, not assumed).
-    sequential = hypotheses generated one after another, each embedded and searched on its own
-    (the reference guide's loop), then fused.
-    """
-    import asyncio
-
-    from .fusion import reciprocal_rank_fusion
-    from .simulated import simulated_hypothesis
-
-    r = hyde.retriever
-
-    def embed_search_one(text: str) -> None:
-        enc = r.encode([text])
-        r.store.search_batch(collection, [r.request(enc, 0, 10)])
-
-    async def pipeline(q: str, n: int) -> float:
-        t0 = time.perf_counter()
-        await hyde.search(collection, q, top_k=5, use_hyde=True, n_hypotheses=n)
-        return (time.perf_counter() - t0) * 1000
-
-    async def sequential(q: str, n: int) -> float:
-        t0 = time.perf_counter()
-        gen = hyde.generator(collection)
-        texts = []
-        for p in gen.perspectives[:n]:
-            run = await gen.agent.run(gen.user_prompt(q, p))
-            texts.append(run.output)
-        rankings = []
-        for text in [q, *texts]:
-            enc = r.encode([text])
-            rankings.append([h.doc_id for h in r.store.search_batch(collection, [r.request(enc, 0, 10)])[0]])
-        reciprocal_rank_fusion(rankings, 60)
-        return (time.perf_counter() - t0) * 1000
-
-    async def run_all() -> dict[str, float]:
-        out: dict[str, float] = {}
-        sample = simulated_hypothesis("ideal probe")
-        embed_search_one(sample)  # warm-up
-        ideal_extra = float(np.median([_timed(lambda: embed_search_one(sample)) * 1000 for _ in range(10)]))
-        out["ideal_ms"] = latency_ms + ideal_extra
-        for n in sizes:
-            lat = [await pipeline(f"{q} [{n}:{i}]", n) for i, q in enumerate(queries)]
-            out[f"n{n}_p50_ms"] = float(np.median(lat))
-            out[f"n{n}_over_ideal"] = out[f"n{n}_p50_ms"] / out["ideal_ms"]
-        seq = [await sequential(f"{q} [seq:{i}]", 3) for i, q in enumerate(queries)]
-        out["sequential_n3_p50_ms"] = float(np.median(seq))
-        out["sequential_n3_over_ideal"] = out["sequential_n3_p50_ms"] / out["ideal_ms"]
-        out["llm_latency_ms"] = latency_ms
-        return out
-
-    return asyncio.run(run_all())

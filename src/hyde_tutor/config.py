@@ -8,10 +8,11 @@ a ``.env`` file in the working directory, then the defaults below.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .schemas import SchemaSettings
@@ -29,22 +30,30 @@ class QdrantSettings(BaseModel):
 class DenseSettings(BaseModel):
     """Dense embedding model."""
 
-    provider: Literal["use", "sentence-transformers", "openai"] = Field(
-        "use", description="use = USE-multilingual-v3 (offline, ko+ru)."
+    provider: Literal["use", "sentence-transformers", "openai", "cohere", "voyageai"] = Field(
+        "use", description="use = USE-multilingual-v3 (offline, ko+ru); cohere/voyageai need their SDK extra "
+        "and CO_API_KEY / VOYAGE_API_KEY.",
     )
     model: str | None = Field(
-        None, description="Model name or path (sentence-transformers / openai); None = provider default."
+        None, description="Model name or path (sentence-transformers / openai / cohere / voyageai); None = provider "
+        "default (cohere and voyageai have none).",
     )
     batch_size: int = Field(64, ge=1, le=4096, description="Texts per embedding call.")
     threads: int = Field(2, ge=1, le=64, description="CPU threads for the USE encoder.")
 
 
 class OpenAISettings(BaseModel):
-    """OpenAI or any OpenAI-compatible server."""
+    """OpenAI or any OpenAI-compatible server: the one key for the LLM and for embeddings."""
 
-    api_key: SecretStr | None = Field(None, description="API key (falls back to OPENAI_API_KEY).")
-    base_url: str | None = Field(None, description="Base URL of an OpenAI-compatible server.")
+    api_key: SecretStr | None = Field(
+        None, description="The OpenAI key, for the LLM and for embeddings (falls back to OPENAI_API_KEY)."
+    )
+    base_url: str | None = Field(None, description="Base URL of an OpenAI-compatible embeddings server.")
     timeout_s: float = Field(30.0, gt=0)
+
+    def key(self) -> str | None:
+        """The key in use: ``api_key``, else the ``OPENAI_API_KEY`` environment variable."""
+        return self.api_key.get_secret_value() if self.api_key else os.environ.get("OPENAI_API_KEY") or None
 
 
 class SparseSettings(BaseModel):
@@ -90,7 +99,6 @@ class LLMSettings(BaseModel):
     )
     model: str = Field("gpt-4.1", description="Model name for OpenAI / the compatible server.")
     base_url: str | None = Field(None, description="OpenAI-compatible server (Ollama, vLLM, llama.cpp server).")
-    api_key: SecretStr | None = Field(None, description="Key for the server (falls back to OPENAI_API_KEY).")
     local_model: str = Field(
         "qwen2.5-1.5b", description="Embedded GGUF: qwen2.5-1.5b | smollm2-135m | path to a .gguf file."
     )
@@ -103,6 +111,17 @@ class LLMSettings(BaseModel):
         "chatml-function-calling", description="llama.cpp chat format (this one lets the embedded model call tools)."
     )
     startup_timeout_s: float = Field(120.0, gt=0, description="Wait this long for the embedded server to load.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_separate_llm_key(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "api_key" in data:
+            data["api_key"] = "**********"  # the error shows its input: never echo the refused key
+            raise ValueError(
+                "HYDE_LLM__API_KEY (llm.api_key) was replaced by HYDE_OPENAI__API_KEY (openai.api_key): one key "
+                "for the LLM and for embeddings. Rename it in your environment or .env."
+            )
+        return data
 
 
 class HydeSettings(BaseModel):

@@ -142,4 +142,4 @@ def _live(settings: Settings, retriever: Retriever, echo: Callable[[str], None])
     for i, (a, b) in enumerate(zip(raw.results, res.results, strict=False), start=1):
         echo(f"{i:>2} {_label(a, frozenset(), 40):<40} | {_label(b, frozenset(), 40)}")
     echo("   This is why plain hybrid search is the default with the embedded model (README, first section); "
-         "set OPENAI_API_KEY or HYDE_LLM__BASE_URL for HyDE that helps.")
+         "set HYDE_OPENAI__API_KEY (or OPENAI_API_KEY) or HYDE_LLM__BASE_URL for HyDE that helps.")

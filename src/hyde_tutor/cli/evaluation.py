@@ -1,0 +1,191 @@
+"""Commands that measure: eval (IR metrics per arm), bench (throughput, latency, pipeline overhead), ab-report."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ..arm_runs import ARM_NAMES, HYDE_ARMS, RAW_ARMS, HydeArm, raw_arm
+from ..config import Settings
+from ..documents import iter_jsonl_documents
+from ..errors import HydeTutorError
+from ..evaluation import BeirDataset, evaluate_arms, load_beir, report_json, report_table
+from ..ingest import ingest_file
+from .app import app, check_fusion, fail, open_hyde
+
+
+@app.command("eval")
+def evaluate(
+    collection: Annotated[str, typer.Option(help="Collection to evaluate; ingested from DIR/corpus.jsonl if missing.")],
+    dataset: Annotated[Path, typer.Option(help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv.")],
+    arms: Annotated[str, typer.Option(
+        help="Comma-separated: raw, rrf, dbsf, dense, sparse, hyde, hyde_only, questions, hyde+questions.")] = "raw",
+    k: Annotated[int, typer.Option("--k", min=10, max=100, help="Retrieval depth (metrics use @1/5/10).")] = 10,
+    hypotheses: Annotated[int | None, typer.Option("--hypotheses", min=1, max=8)] = None,
+    fusion: Annotated[str | None, typer.Option(help="rrf | max | mean | score for the hyde arms.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Evaluate N queries spread evenly over the set.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG of nDCG@10 and recall@5 per arm and query group.")] = None,
+) -> None:
+    """Score arms on the same queries: recall@1/5/10, precision@5, MRR@10, nDCG@10, per query group."""
+    check_fusion(fusion)
+    names = [a.strip() for a in arms.split(",") if a.strip()]
+    unknown = [a for a in names if a not in ARM_NAMES]
+    if unknown or not names:
+        fail(f"Unknown arm(s) {unknown or arms!r}; choose from {', '.join(ARM_NAMES)}.")
+    data = _load(dataset, limit)
+    hr = open_hyde()
+    hyde_arms: dict[str, HydeArm] = {}
+    try:
+        with ExitStack() as stack:
+            _ensure_collection(hr.retriever, collection, data, dataset, as_json)
+            runs: dict[str, Any] = {}
+            for a in names:
+                if a in RAW_ARMS:
+                    runs[a] = raw_arm(hr.retriever, collection, k, *RAW_ARMS[a])
+                else:
+                    runs[a] = hyde_arms[a] = stack.enter_context(
+                        HydeArm(hr, collection, k, HYDE_ARMS[a], hypotheses, fusion))  # type: ignore[arg-type]
+            results = evaluate_arms(data, runs)
+    except HydeTutorError as exc:
+        fail(str(exc))
+    finally:
+        hr.close()
+    fallbacks = {a: arm.fallbacks() for a, arm in hyde_arms.items()}
+    if plot is not None:
+        _plot(results, plot, dataset, data)
+    if as_json:
+        typer.echo(json.dumps({**report_json(results, len(data.queries)), "fallbacks": fallbacks}, ensure_ascii=False))
+        return
+    typer.echo(f"{dataset} -> collection {collection!r}, {len(data.queries)} queries")
+    typer.echo(report_table(results, dict(Counter(q.group for q in data.queries))))
+    for a, reasons in fallbacks.items():
+        typer.echo(f"{a}: fallbacks {reasons or 'none'}")
+
+
+def _load(dataset: Path, limit: int | None) -> BeirDataset:
+    try:
+        data = load_beir(dataset)
+    except HydeTutorError as exc:
+        fail(str(exc))
+    if limit and limit < len(data.queries):
+        step = len(data.queries) / limit  # evenly spaced: every slice of the set is represented
+        data = replace(data, queries=[data.queries[int(i * step)] for i in range(limit)])
+    return data
+
+
+def _ensure_collection(r: Any, collection: str, data: BeirDataset, dataset: Path, quiet: bool) -> None:
+    if collection in r.store.list_collections():
+        return
+    if not data.corpus_path.is_file():
+        fail(f"Collection {collection!r} does not exist, and {dataset} has no corpus.jsonl to build it from. "
+             f"Ingest it first: hyde-tutor ingest --collection {collection} --file PATH "
+             f"(the bundled sets: data/grammar.jsonl, data/docs.jsonl).")
+    report = ingest_file(data.corpus_path, collection, r.store, r.dense, r.sparse, progress=not quiet)
+    typer.echo(report.summary(), err=True)
+
+
+def _plot(results: Any, plot: Path, dataset: Path, data: BeirDataset) -> None:
+    from ..plots import plot_eval
+
+    try:
+        chart = plot_eval(results, plot, title=f"{dataset.name}: {len(data.queries)} queries",
+                          group_counts=Counter(q.group for q in data.queries))
+    except HydeTutorError as exc:
+        fail(str(exc))
+    typer.echo(f"chart: {chart}", err=True)
+
+
+@app.command()
+def bench(
+    sizes: Annotated[str, typer.Option(help="Comma-separated point counts for the latency test.")] = "10000,100000",
+    corpus: Annotated[Path, typer.Option(help="Corpus used for embedding / ingest throughput.")] = Path("data/grammar.jsonl"),
+    llm_latency_ms: Annotated[float | None, typer.Option("--llm-latency-ms", min=0, help="Benchmark the HyDE pipeline with a simulated LLM of this latency instead.")] = None,
+    queries: Annotated[int, typer.Option(help="Queries per setting in the pipeline benchmark.")] = 9,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Throughput and latency benchmarks; with --llm-latency-ms, HyDE pipeline overhead vs ideal and sequential.
+
+    Everything is built in a temporary folder: your data dir is never written."""
+    from ..bench import format_rows, run_all
+    from ..embedders import make_dense_embedder
+    from ..sparse import Bm25Encoder
+
+    settings = Settings()
+    docs = [p.document for p in iter_jsonl_documents(corpus) if p.document is not None] if corpus.is_file() else []
+    if not docs:
+        fail(f"No documents in {corpus}.")
+    if llm_latency_ms is not None:
+        return _bench_pipeline(settings, docs, llm_latency_ms, queries, as_json)
+    try:
+        n_sizes = [int(s) for s in sizes.split(",") if s.strip()]
+    except ValueError:
+        fail(f"--sizes must be integers, got {sizes!r}.")
+    try:
+        rows = run_all(docs, make_dense_embedder(settings), Bm25Encoder(), settings.retrieval, n_sizes,
+                       settings.dense.batch_size, progress=not as_json)
+    except HydeTutorError as exc:
+        fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps({r.name: {"value": round(r.value, 3), "unit": r.unit} for r in rows}, ensure_ascii=False))
+    else:
+        typer.echo(format_rows(rows))
+
+
+def _bench_pipeline(settings: Settings, docs: list[Any], latency_ms: float, n_queries: int, as_json: bool) -> None:
+    from ..pipeline_bench import run_pipeline_bench
+
+    data = load_beir(Path("data/eval/grammar")) if Path("data/eval/grammar").is_dir() else None
+    texts = [q.text for q in data.queries[:n_queries]] if data else ["Как сказать, что я хочу пойти?"] * n_queries
+    try:
+        out = run_pipeline_bench(settings, docs, latency_ms, texts, progress=not as_json)
+    except HydeTutorError as exc:
+        fail(str(exc))
+    if not as_json:
+        typer.echo(f"simulated LLM latency {latency_ms:.0f} ms; ideal = one LLM call + embed + search = {out['ideal_ms']:.0f} ms")
+        for n in (1, 3, 8):
+            typer.echo(f"  concurrent N={n}: p50 {out[f'n{n}_p50_ms']:.0f} ms = {out[f'n{n}_over_ideal']:.2f}x ideal")
+        typer.echo(f"  sequential N=3: p50 {out['sequential_n3_p50_ms']:.0f} ms = {out['sequential_n3_over_ideal']:.2f}x ideal")
+    typer.echo(json.dumps({k: round(v, 3) for k, v in out.items()}))
+
+
+@app.command("ab-report")
+def ab_report(
+    file: Annotated[Path | None, typer.Option(help="Metrics JSONL (default: HYDE_DATA_DIR/metrics.jsonl).")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG chart here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Per-arm latency / fallback table and hyde-minus-raw differences with bootstrap 95% CIs."""
+    from ..abreport import arm_rows, differences, format_report
+    from ..abreport import plot as draw
+    from ..monitor import load_records
+
+    path = file or Settings().data_dir / "metrics.jsonl"
+    if not path.is_file():
+        fail(f"No metrics file at {path}: run the chat or your agent with a Monitor(jsonl path) first.")
+    loaded = load_records(path)
+    records = loaded.records
+    for reason in loaded.skipped[:5]:
+        typer.echo(f"warning: {path}: {reason} (skipped)", err=True)
+    if not records:
+        fail(f"{path} holds no records ({len(loaded.skipped)} lines skipped).")
+    rows, diffs = arm_rows(records), differences(records)
+    received, received_diffs = arm_rows(records, "received"), differences(records, "received")
+    if as_json:
+        typer.echo(json.dumps({"arms": [asdict(r) for r in rows], "differences": [asdict(d) for d in diffs],
+                               "by_treatment_received": {"arms": [asdict(r) for r in received],
+                                                         "differences": [asdict(d) for d in received_diffs]},
+                               "n_records": len(records), "skipped_lines": len(loaded.skipped)}, ensure_ascii=False))
+    else:
+        typer.echo(f"{path}: {len(records)} retrievals" + (f", {len(loaded.skipped)} lines skipped" if loaded.skipped else ""))
+        typer.echo(format_report(rows, diffs, "by assigned arm (intention to treat)"))
+        typer.echo("")
+        typer.echo(format_report(received, received_diffs, "by treatment received (hyde = HyDE attempted)"))
+    if plot is not None:
+        typer.echo(f"chart: {draw(rows, plot)}", err=as_json)
