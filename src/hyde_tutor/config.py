@@ -15,7 +15,21 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .schemas import SchemaSettings
+
+
+class SchemaSettings(BaseModel):
+    """One collection's schema, as settings (``HYDE_SCHEMAS`` is a JSON object of these)."""
+
+    dense_vector: str = Field("dense", description="Name of the dense vector in the collection.")
+    sparse_vector: str | None = Field("sparse", description="Name of the sparse vector; null = dense only.")
+    sparse_encoder: Literal["kiwi", "fastembed"] = Field(
+        "kiwi", description="How query sparse vectors are made: kiwi (hyde-tutor's analyser) or fastembed "
+        "(Qdrant/bm25, as SparseTextEmbedding makes them).",
+    )
+    fastembed_language: str = Field("english", description="fastembed BM25 stemmer language (english, russian, ...).")
+    id_field: str | None = Field(None, description="Payload field with the document id; null = the point id.")
+    title_fields: list[str] = Field(default_factory=list, description="Payload fields that name a result.")
+    text_fields: list[str] = Field(default_factory=list, description="Payload fields with the result's text.")
 
 
 class QdrantSettings(BaseModel):

@@ -64,3 +64,7 @@ class CorpusFormatError(HydeTutorError, ValueError):
 
 class EmbedderError(HydeTutorError):
     """An embedding model failed to load or to embed."""
+
+
+class LLMUnavailableError(HydeTutorError):
+    """No usable LLM backend (missing package, server failed to start, ...)."""

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 
 from .config import LLMSettings
-from .llm import agent_model_settings, run_text
+from .llm import agent_model_settings
 from .recordings import NotRecordedError
 
 GenerationFailure = Literal["timeout", "not_recorded", "llm_error"]
@@ -75,3 +75,36 @@ async def generate_text(agent: Any, user: str, *, timeout_s: float, stream: bool
     except Exception as exc:  # noqa: BLE001 - any backend failure becomes a recorded reason
         return Generation(failure="llm_error", error=f"{type(exc).__name__}: {exc}"[:300])
     return Generation(run.text, usage=TokenUsage(run.requests, run.input_tokens, run.output_tokens))
+
+
+@dataclass(frozen=True, slots=True)
+class TextRun:
+    """The text an agent returned and what it cost."""
+
+    text: str
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+async def run_text(agent: Any, prompt: str, *, stream: bool = False) -> TextRun:
+    """Run a text-output agent once.
+
+    With ``stream=True`` the answer is read as a stream. Cancelling the call (a timeout) then
+    closes the connection, and ``llama_cpp.server`` stops generating at the next token. A plain
+    request keeps running on the server after the client gave up, and the single-slot embedded
+    model makes every later request wait behind it.
+    """
+    if not stream:
+        run = await agent.run(prompt)
+        usage = run.usage
+        return TextRun(str(run.output or ""), usage.requests, usage.input_tokens or 0, usage.output_tokens or 0)
+    pieces = 0
+    async with agent.run_stream(prompt) as streamed:
+        async for _ in streamed.stream_text(delta=True, debounce_by=None):
+            pieces += 1
+        output = await streamed.get_output()
+        usage = streamed.usage
+    # llama_cpp.server sends no usage on a stream; it sends one token per chunk, so count the chunks.
+    # The prompt's token count is not reported there (input_tokens stays 0).
+    return TextRun(str(output or ""), usage.requests, usage.input_tokens or 0, usage.output_tokens or pieces)

@@ -102,7 +102,7 @@ class HypothesisGenerator:
         # A single-slot backend (the embedded llama.cpp server) serves one request at a time: queue here,
         # so the timeout measures the model's work and not the wait in the server's queue.
         self.max_concurrency = max_concurrency
-        self.stream = stream  # see llm.run_text: lets a timeout stop the embedded server's generation
+        self.stream = stream  # see generation.run_text: lets a timeout stop the embedded server's generation
         self._gates: dict[int, asyncio.Semaphore] = {}
         self.agent = text_agent(model, self.prompt.text, llm, llm.max_tokens, extra_settings)
 

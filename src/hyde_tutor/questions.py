@@ -144,7 +144,7 @@ class QuestionGenerator:
         stream: bool = False,
     ) -> None:
         self.model_name = model_name
-        self.stream = stream  # see llm.run_text
+        self.stream = stream  # see generation.run_text
         self.settings = settings or QuestionSettings()
         self.prompt = prompt or load_prompt("questions")
         self.request = request or load_prompt("questions_request")
