@@ -24,11 +24,11 @@ from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.usage import UsageLimits
 
 from hyde_tutor.config import Settings
-from hyde_tutor.evaluation import load_beir
+from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.llm import make_llm
-from hyde_tutor.monitor import Monitor
-from hyde_tutor.toolset import HydeSearchToolset, TutorDeps, tutor_instructions
+from hyde_tutor.llm.backends import make_llm
+from hyde_tutor.plugin.monitor import Monitor
+from hyde_tutor.plugin.toolset import HydeSearchToolset, TutorDeps, tutor_instructions
 
 
 def questions(n: int) -> list[str]:
@@ -59,7 +59,7 @@ def main() -> None:
             agent = Agent(llm.model, deps_type=TutorDeps, instructions=tutor_instructions(),
                           toolsets=[HydeSearchToolset()], model_settings=llm.extra_settings or None)  # type: ignore[arg-type]
         else:
-            from hyde_tutor.chat import build_tutor_agent
+            from hyde_tutor.plugin.chat import build_tutor_agent
 
             agent = build_tutor_agent(llm, mode=args.mode)
         for q in questions(args.n):
@@ -72,7 +72,7 @@ def main() -> None:
                     tools = [p.tool_name for m in result.new_messages() for p in getattr(m, "parts", [])
                              if isinstance(p, ToolCallPart)]
                 else:
-                    from hyde_tutor.chat import answer_turn
+                    from hyde_tutor.plugin.chat import answer_turn
 
                     turn = answer_turn(agent, deps, q, [])
                     text, error, tools = turn.text, turn.model_error, list(turn.tool_calls)

@@ -17,14 +17,14 @@ import numpy as np
 from qdrant_client import models
 
 from hyde_tutor.config import RetrievalSettings
-from hyde_tutor.embedders import UseEmbedder
-from hyde_tutor.evaluation import load_beir
-from hyde_tutor.ingest import ingest_documents, read_documents
-from hyde_tutor.metrics import ndcg_at_k, recall_at_k
-from hyde_tutor.retriever import Retriever
-from hyde_tutor.schemas import CollectionSchema, FastembedBm25
-from hyde_tutor.sparse import Bm25Encoder
-from hyde_tutor.store import QdrantClientStore
+from hyde_tutor.retrieval.embedders import UseEmbedder
+from hyde_tutor.evaluation.beir import load_beir
+from hyde_tutor.corpus.ingest import ingest_documents, read_documents
+from hyde_tutor.evaluation.metrics import ndcg_at_k, recall_at_k
+from hyde_tutor.retrieval.retriever import Retriever
+from hyde_tutor.retrieval.schemas import CollectionSchema, FastembedBm25
+from hyde_tutor.retrieval.sparse import Bm25Encoder
+from hyde_tutor.retrieval.store import QdrantClientStore
 
 SETS = [("grammar", "data/grammar.jsonl", "data/eval/grammar"), ("docs", "data/docs.jsonl", "data/eval/docs"),
         ("holdout", "data/grammar.jsonl", "data/eval/grammar_holdout")]

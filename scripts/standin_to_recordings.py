@@ -13,10 +13,10 @@ import argparse
 import json
 from pathlib import Path
 
-from hyde_tutor.hypotheses import DOMAINS
-from hyde_tutor.prompts import load_prompt, parse_perspectives
-from hyde_tutor.recorder import RecordingWriter
-from hyde_tutor.recordings import Recording, render_hypothesis_request, request_sha256, utc_now
+from hyde_tutor.hyde.hypotheses import DOMAINS
+from hyde_tutor.llm.prompts import load_prompt, parse_perspectives
+from hyde_tutor.llm.recorder import RecordingWriter
+from hyde_tutor.llm.recordings import Recording, render_hypothesis_request, request_sha256, utc_now
 
 MODEL_LABEL = "frontier-llm-stand-in"
 

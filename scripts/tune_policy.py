@@ -27,13 +27,13 @@ from typing import Any
 import numpy as np
 
 from hyde_tutor.config import Settings
-from hyde_tutor.evaluation import load_beir
+from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.hypotheses import HypothesisGenerator, MemoryCache
-from hyde_tutor.ingest import ingest_file
-from hyde_tutor.llm import replay_backend
-from hyde_tutor.metrics import ndcg_at_k, recall_at_k
-from hyde_tutor.retriever import Retriever
+from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
+from hyde_tutor.corpus.ingest import ingest_file
+from hyde_tutor.llm.backends import replay_backend
+from hyde_tutor.evaluation.metrics import ndcg_at_k, recall_at_k
+from hyde_tutor.retrieval.retriever import Retriever
 
 SETS = [("grammar", "data/eval/grammar", "grammar"), ("docs", "data/eval/docs", "docs"),
         ("holdout", "data/eval/grammar_holdout", "grammar")]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hyde_tutor import Bm25Encoder, EdgeStore, KoreanAwareAnalyzer, QdrantClientStore, Retriever, UseEmbedder
-from hyde_tutor.embedders import l2_normalise
+from hyde_tutor.retrieval.embedders import l2_normalise
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
@@ -112,7 +112,7 @@ def tiny_beir(isolated_env: Path, small_corpus: Path) -> Path:
 @pytest.fixture()
 def retriever(tmp_path: Path, hash_embedder: HashEmbedder, bm25: Bm25Encoder) -> Iterator[Retriever]:
     """The four test documents (``tests/test_store.DOCS``) as collection ``grammar`` in an edge store."""
-    from hyde_tutor.ingest import ingest_documents
+    from hyde_tutor.corpus.ingest import ingest_documents
     from .test_store import DOCS
 
     store = EdgeStore(tmp_path / "edge")

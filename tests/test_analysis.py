@@ -1,4 +1,4 @@
-from hyde_tutor.analysis import KoreanAwareAnalyzer
+from hyde_tutor.retrieval.analysis import KoreanAwareAnalyzer
 
 
 def test_korean_usage_shares_morphemes_with_pattern_notation(analyzer: KoreanAwareAnalyzer) -> None:

@@ -10,10 +10,10 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from typer.testing import CliRunner
 
 from hyde_tutor import Experiment, Monitor, TutorDeps
-from hyde_tutor.abreport import arm_rows, bootstrap_diff, differences
-from hyde_tutor.chat import answer_turn, build_tutor_agent, chat_loop
+from hyde_tutor.evaluation.abreport import arm_rows, bootstrap_diff, differences
+from hyde_tutor.plugin.chat import answer_turn, build_tutor_agent, chat_loop
 from hyde_tutor.cli import app
-from hyde_tutor.monitor import RetrievalRecord
+from hyde_tutor.plugin.monitor import RetrievalRecord
 
 from .test_toolset import hyde_retriever  # noqa: F401 - fixture
 
@@ -94,8 +94,8 @@ def test_retrieve_first_with_a_failing_model_shows_what_it_found(hyde_retriever)
 
 
 def test_chat_mode_follows_the_backend() -> None:
-    from hyde_tutor.chat import default_chat_mode
-    from hyde_tutor.llm import LLMBackend
+    from hyde_tutor.plugin.chat import default_chat_mode
+    from hyde_tutor.llm.backends import LLMBackend
 
     assert default_chat_mode(LLMBackend(None, "local:qwen", "local")) == "retrieve-first"
     for kind in ("openai", "openai-compatible", "replay"):

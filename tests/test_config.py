@@ -48,7 +48,7 @@ def test_the_old_llm_key_is_refused_with_the_new_name(isolated_env, monkeypatch,
 
 
 def test_one_openai_key_for_the_llm(isolated_env, monkeypatch) -> None:
-    from hyde_tutor.llm import openai_key, resolve_provider
+    from hyde_tutor.llm.backends import openai_key, resolve_provider
 
     assert resolve_provider(Settings()) == "local" and openai_key(Settings()) is None
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")

@@ -2,9 +2,9 @@
 
 import json
 
-from hyde_tutor.documents import to_beir_record
-from hyde_tutor.evaluation import load_beir
-from hyde_tutor.ingest import read_documents
+from hyde_tutor.corpus.documents import to_beir_record
+from hyde_tutor.evaluation.beir import load_beir
+from hyde_tutor.corpus.ingest import read_documents
 
 from .conftest import DATA
 

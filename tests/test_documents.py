@@ -1,8 +1,8 @@
 import json
 from pathlib import Path
 
-from hyde_tutor.documents import iter_jsonl_documents, point_id_for, record_to_document, to_beir_record
-from hyde_tutor.ingest import read_documents
+from hyde_tutor.corpus.documents import iter_jsonl_documents, point_id_for, record_to_document, to_beir_record
+from hyde_tutor.corpus.ingest import read_documents
 
 GRAMMAR = {
     "id": "g-x", "pattern": "-고 싶다", "name_ru": "желание", "level": "TOPIK 1",

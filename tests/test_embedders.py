@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hyde_tutor import EmbedderError, OpenAIEmbedder, SentenceTransformerEmbedder, Settings, UseEmbedder
-from hyde_tutor.embedders import embed_in_batches, make_dense_embedder
+from hyde_tutor.retrieval.embedders import embed_in_batches, make_dense_embedder
 
 
 def test_use_multilingual_aligns_korean_and_russian(use_embedder: UseEmbedder) -> None:

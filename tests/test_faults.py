@@ -71,8 +71,8 @@ from hyde_tutor import (
 from hyde_tutor.cli import app
 from hyde_tutor.config import HydeSettings, LLMSettings
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.ingest import ingest_documents
-from hyde_tutor.retriever import Retriever
+from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.retrieval.retriever import Retriever
 
 from .chat_stub import completion, send_json, serve
 from .conftest import ROOT, HashEmbedder
@@ -202,7 +202,7 @@ def test_korean_reply_from_the_same_stub_is_used(isolated_env: Path, retriever: 
 
 _HOLDER = """
 import time
-from hyde_tutor.store import EdgeStore
+from hyde_tutor.retrieval.store import EdgeStore
 store = EdgeStore({root!r})
 store.count("grammar")
 print("holding", flush=True)
@@ -214,8 +214,8 @@ time.sleep(120)
 def hash_cli(monkeypatch: pytest.MonkeyPatch, bm25: Bm25Encoder) -> None:
     """The CLI embeds with the 64-d HashEmbedder instead of USE (so a test collection matches), and reuses the
     session's BM25 encoder (same analyser and parameters) instead of loading the Korean model per command."""
-    monkeypatch.setattr("hyde_tutor.retriever.make_dense_embedder", lambda settings: HashEmbedder())
-    monkeypatch.setattr("hyde_tutor.retriever.Bm25Encoder", lambda **kwargs: bm25)
+    monkeypatch.setattr("hyde_tutor.retrieval.retriever.make_dense_embedder", lambda settings: HashEmbedder())
+    monkeypatch.setattr("hyde_tutor.retrieval.retriever.Bm25Encoder", lambda **kwargs: bm25)
 
 
 def test_store_locked_by_another_process_cli_and_tool(isolated_env: Path, hash_cli, hash_embedder, bm25) -> None:

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from hyde_tutor.fusion import (
+from hyde_tutor.hyde.fusion import (
     agreement,
     channels_by_doc,
     max_score_fusion,
@@ -55,7 +55,7 @@ def test_channels_by_doc() -> None:
 
 
 def test_protect_head_keeps_the_raw_top_in_order_and_scores_monotone() -> None:
-    from hyde_tutor.fusion import protect_head
+    from hyde_tutor.hyde.fusion import protect_head
 
     fused = [("x", 0.9), ("b", 0.8), ("y", 0.7), ("a", 0.5), ("c", 0.4)]
     out = protect_head(fused, ["a", "b", "c"], 2)

@@ -25,8 +25,8 @@ from typer.testing import CliRunner
 from hyde_tutor import EdgeStore, HydeSearchToolset, TutorDeps
 from hyde_tutor.cli import app
 from hyde_tutor.config import RetrievalSettings
-from hyde_tutor.ingest import ingest_documents
-from hyde_tutor.toolset import MAX_TOOL_TOP_K
+from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.plugin.toolset import MAX_TOOL_TOP_K
 
 from .conftest import HashEmbedder
 from .test_reliability import call_tool, tool_context
@@ -117,8 +117,8 @@ TOP_K_ARGS = _half(st.integers(1, 100).map(str),
 @pytest.fixture()
 def cli_env(isolated_env: Path, monkeypatch: pytest.MonkeyPatch, bm25) -> Path:
     """A grammar collection in HYDE_DATA_DIR; the CLI embeds with HashEmbedder and the session's BM25."""
-    monkeypatch.setattr("hyde_tutor.retriever.make_dense_embedder", lambda s: HashEmbedder())
-    monkeypatch.setattr("hyde_tutor.retriever.Bm25Encoder", lambda **kw: bm25)
+    monkeypatch.setattr("hyde_tutor.retrieval.retriever.make_dense_embedder", lambda s: HashEmbedder())
+    monkeypatch.setattr("hyde_tutor.retrieval.retriever.Bm25Encoder", lambda **kw: bm25)
     with EdgeStore(isolated_env / "data-dir" / "edge") as store:
         ingest_documents(DOCS, "grammar", store, HashEmbedder(), bm25, progress=False)
     return isolated_env

@@ -13,11 +13,11 @@ from pydantic_ai.models.function import FunctionModel
 from hyde_tutor import EdgeStore, QueryValidationError
 from hyde_tutor.config import HydeSettings
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.hypotheses import HypothesisGenerator, MemoryCache
-from hyde_tutor.ingest import ingest_documents
-from hyde_tutor.rerank import adaptive_threshold
-from hyde_tutor.retriever import Retriever
-from hyde_tutor.store import Hit
+from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
+from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.hyde.rerank import adaptive_threshold
+from hyde_tutor.retrieval.retriever import Retriever
+from hyde_tutor.retrieval.store import Hit
 
 
 WANT_TO = "Конструкция: -고 싶다 желание хотеть. Пример: 가고 싶어요."
@@ -249,7 +249,7 @@ def test_score_fusion_splits_the_hypothesis_weight_over_n(retriever) -> None:
 @pytest.fixture()
 def clustered(tmp_path: Path, hash_embedder, bm25):
     """8 entries about -고 싶다, 8 about -지만 and 40 unrelated fillers: top-10 overlaps are meaningful."""
-    from hyde_tutor.documents import Document
+    from hyde_tutor.corpus.documents import Document
 
     docs = [Document(f"want{i}", f"-고 싶다 желание хотеть мечтать 가고 싶어요 вариант{i}", {}) for i in range(8)]
     docs += [Document(f"but{i}", f"-지만 противопоставление но однако 비싸지만 좋아요 вариант{i}", {}) for i in range(8)]

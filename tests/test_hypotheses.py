@@ -9,10 +9,10 @@ from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.models.function import FunctionModel
 
 from hyde_tutor.config import HydeSettings
-from hyde_tutor.prompts import load_prompt
-from hyde_tutor.hypotheses import HypothesisGenerator
-from hyde_tutor.hypothesis_cache import DiskCache, MemoryCache, cache_key
-from hyde_tutor.hypothesis_domains import normalise_length, strip_prompt_echo
+from hyde_tutor.llm.prompts import load_prompt
+from hyde_tutor.hyde.hypotheses import HypothesisGenerator
+from hyde_tutor.hyde.cache import DiskCache, MemoryCache, cache_key
+from hyde_tutor.hyde.domains import normalise_length, strip_prompt_echo
 
 
 def test_normalise_cuts_on_word_boundary() -> None:

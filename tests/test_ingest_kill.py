@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from hyde_tutor import EdgeStore
-from hyde_tutor.documents import MAX_LINE_BYTES, point_id_for, record_to_document
-from hyde_tutor.retriever import Retriever
+from hyde_tutor.corpus.documents import MAX_LINE_BYTES, point_id_for, record_to_document
+from hyde_tutor.retrieval.retriever import Retriever
 
 from .conftest import ROOT
 
@@ -33,11 +33,11 @@ COLLECTION = "big"
 
 _RUN = """
 import sys
-import hyde_tutor.retriever
-from hyde_tutor.store.edge import EdgeStore
+import hyde_tutor.retrieval.retriever
+from hyde_tutor.retrieval.store.edge import EdgeStore
 from tests.conftest import HashEmbedder
 
-hyde_tutor.retriever.make_dense_embedder = lambda settings: HashEmbedder()
+hyde_tutor.retrieval.retriever.make_dense_embedder = lambda settings: HashEmbedder()
 _upsert = EdgeStore.upsert
 
 def upsert(self, name, points):

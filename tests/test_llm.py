@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from hyde_tutor.config import HydeSettings, LLMSettings, Settings
-from hyde_tutor.hypotheses import HypothesisGenerator, MemoryCache
-from hyde_tutor.llm import LLMUnavailableError, LocalLlamaServer, make_llm, resolve_provider
-from hyde_tutor.llm_server import resolve_gguf, smollm2_path
+from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
+from hyde_tutor.llm.backends import LLMUnavailableError, LocalLlamaServer, make_llm, resolve_provider
+from hyde_tutor.llm.server import resolve_gguf, smollm2_path
 
 
 async def test_llama_cpp_engine_smoke_with_smollm2(isolated_env: Path) -> None:

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from hyde_tutor.metrics import mrr_at_k, ndcg_at_k, precision_at_k, recall_at_k, score_run
+from hyde_tutor.evaluation.metrics import mrr_at_k, ndcg_at_k, precision_at_k, recall_at_k, score_run
 
 REL = {"a": 2, "b": 1}
 

@@ -17,7 +17,7 @@ from nbclient import NotebookClient
 from typer.testing import CliRunner
 
 from hyde_tutor.cli import app
-from hyde_tutor.prompts import load_prompt
+from hyde_tutor.llm.prompts import load_prompt
 
 from .conftest import DATA, ROOT
 

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from hyde_tutor.cli import app
 from hyde_tutor.errors import HydeTutorError
-from hyde_tutor.evaluation import ArmResult
-from hyde_tutor.plots import eval_figure, plot_eval
+from hyde_tutor.evaluation.beir import ArmResult
+from hyde_tutor.evaluation.plots import eval_figure, plot_eval
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 runner = CliRunner()

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from hyde_tutor.errors import HydeTutorError
-from hyde_tutor.prompts import load_prompt, parse_perspectives, prompt_versions, save_prompt
+from hyde_tutor.llm.prompts import load_prompt, parse_perspectives, prompt_versions, save_prompt
 
 
 def test_bundled_prompts_load() -> None:
@@ -36,7 +36,7 @@ def test_prompts_are_found_where_a_wheel_installs_them(tmp_path, monkeypatch) ->
     import sys
     from pathlib import Path
 
-    import hyde_tutor.prompts as prompts_module
+    import hyde_tutor.llm.prompts as prompts_module
 
     installed = tmp_path / "prefix" / "share" / "hyde-tutor" / "prompts"
     installed.mkdir(parents=True)

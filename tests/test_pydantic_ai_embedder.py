@@ -21,8 +21,8 @@ from pydantic_ai.embeddings.result import EmbedInputType
 
 import hyde_tutor
 from hyde_tutor import EmbedderError, PydanticAIEmbedder, Settings
-from hyde_tutor.embedders import DenseEmbedder, hosted_embedder, make_dense_embedder
-from hyde_tutor.llm import make_llm
+from hyde_tutor.retrieval.embedders import DenseEmbedder, hosted_embedder, make_dense_embedder
+from hyde_tutor.llm.backends import make_llm
 
 from .test_embedders import _Stub, openai_stub  # noqa: F401 - the embeddings stub fixture
 from .test_secrets import capturing_llm

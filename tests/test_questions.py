@@ -13,15 +13,15 @@ from pydantic_ai.models.function import FunctionModel
 
 from hyde_tutor import EdgeStore
 from hyde_tutor.config import HydeSettings, QuestionSettings
-from hyde_tutor.documents import Document
-from hyde_tutor.experiment import Experiment, decide
+from hyde_tutor.corpus.documents import Document
+from hyde_tutor.plugin.experiment import Experiment, decide
 from hyde_tutor.hyde import QUESTIONS, RAW, HydeRetriever
-from hyde_tutor.hypotheses import HypothesisGenerator, MemoryCache
-from hyde_tutor.ingest import ingest_documents, question_point_id
-from hyde_tutor.question_index import ingest_questions
-from hyde_tutor.questions import QuestionCache, QuestionGenerator, parse_questions
-from hyde_tutor.retriever import Retriever
-from hyde_tutor.store import questions_collection
+from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
+from hyde_tutor.corpus.ingest import ingest_documents, question_point_id
+from hyde_tutor.hyde.question_index import ingest_questions
+from hyde_tutor.hyde.questions import QuestionCache, QuestionGenerator, parse_questions
+from hyde_tutor.retrieval.retriever import Retriever
+from hyde_tutor.retrieval.store import questions_collection
 
 DOCS = [
     Document("g1", "-고 싶다 желание 가고 싶어요", {"pattern": "-고 싶다"}),

@@ -16,13 +16,13 @@ from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.models.function import FunctionModel
 
 from hyde_tutor.config import HydeSettings, Settings
-from hyde_tutor.evaluation import load_beir
+from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.hypotheses import DOMAINS, HypothesisGenerator, MemoryCache
-from hyde_tutor.llm import make_llm, replay_backend
-from hyde_tutor.prompts import default_prompts_dir, load_prompt
-from hyde_tutor.recorder import RecordingWriter, record_hypotheses
-from hyde_tutor.recordings import Recording, RecordingBook, RecordingFormatError, ReplayModel, iter_recordings
+from hyde_tutor.hyde.hypotheses import DOMAINS, HypothesisGenerator, MemoryCache
+from hyde_tutor.llm.backends import make_llm, replay_backend
+from hyde_tutor.llm.prompts import default_prompts_dir, load_prompt
+from hyde_tutor.llm.recorder import RecordingWriter, record_hypotheses
+from hyde_tutor.llm.recordings import Recording, RecordingBook, RecordingFormatError, ReplayModel, iter_recordings
 
 from .chat_stub import completion, send_json, serve
 from .conftest import ROOT
@@ -137,7 +137,7 @@ def test_a_bad_recordings_line_is_reported_with_file_and_line(tmp_path: Path) ->
 def test_replay_provider_is_explicit_and_clear_when_empty(isolated_env: Path) -> None:
     empty = isolated_env / "none.jsonl"
     empty.write_text("", encoding="utf-8")
-    from hyde_tutor.llm import LLMUnavailableError, resolve_provider
+    from hyde_tutor.llm.backends import LLMUnavailableError, resolve_provider
 
     assert resolve_provider(Settings().llm) == "local"  # auto never picks replay
     with pytest.raises(LLMUnavailableError, match="hold no usable generation"):
@@ -304,9 +304,9 @@ def test_cli_record_needs_queries_or_questions(isolated_env: Path) -> None:
 
 
 def test_write_time_questions_record_and_replay(tmp_path: Path) -> None:
-    from hyde_tutor.documents import Document
-    from hyde_tutor.questions import QuestionGenerator
-    from hyde_tutor.recorder import record_questions
+    from hyde_tutor.corpus.documents import Document
+    from hyde_tutor.hyde.questions import QuestionGenerator
+    from hyde_tutor.llm.recorder import record_questions
 
     async def fn(messages, info):
         return ModelResponse(parts=[TextPart("Как сказать, что я хочу поехать?\nЧем -고 싶다 отличается от -고 싶어하다?")])

@@ -28,11 +28,11 @@ from pydantic_ai.usage import RunUsage
 from hyde_tutor import EdgeStore, HydeSearchToolset, Monitor, TutorDeps
 from hyde_tutor.config import HydeSettings
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.hypotheses import HypothesisGenerator
-from hyde_tutor.hypothesis_cache import NoCache
-from hyde_tutor.ingest import ingest_documents, read_documents
-from hyde_tutor.retriever import Retriever
-from hyde_tutor.simulated import simulated_model
+from hyde_tutor.hyde.hypotheses import HypothesisGenerator
+from hyde_tutor.hyde.cache import NoCache
+from hyde_tutor.corpus.ingest import ingest_documents, read_documents
+from hyde_tutor.retrieval.retriever import Retriever
+from hyde_tutor.llm.simulated import simulated_model
 
 from .conftest import DATA
 

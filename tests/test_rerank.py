@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hyde_tutor.errors import HydeTutorError
-from hyde_tutor.rerank import CrossEncoderReranker
+from hyde_tutor.hyde.rerank import CrossEncoderReranker
 
 WORDS = ["хочу", "поехать", "в", "пусан", "но", "желание", "частица", "тема", "가고", "싶어요", "-고", "싶다", "-지만"]
 
@@ -45,8 +45,8 @@ async def test_reranker_in_the_pipeline_orders_by_cross_encoder(tiny_cross_encod
     from hyde_tutor import EdgeStore
     from hyde_tutor.config import HydeSettings
     from hyde_tutor.hyde import HydeRetriever
-    from hyde_tutor.ingest import ingest_documents
-    from hyde_tutor.retriever import Retriever
+    from hyde_tutor.corpus.ingest import ingest_documents
+    from hyde_tutor.retrieval.retriever import Retriever
 
     from .test_store import DOCS
 
@@ -56,7 +56,7 @@ async def test_reranker_in_the_pipeline_orders_by_cross_encoder(tiny_cross_encod
     hr = HydeRetriever(Retriever(store, hash_embedder, bm25), lambda d: None, HydeSettings(enabled=False), reranker=reranker)  # type: ignore[arg-type,return-value]
     res = await hr.search("grammar", "хочу поехать", top_k=4)
     store.close()
-    from hyde_tutor.documents import payload_text
+    from hyde_tutor.corpus.documents import payload_text
 
     expected = reranker.scores("хочу поехать", [payload_text(d.payload) for d in res.results])
     assert [d.score for d in res.results] == pytest.approx(expected)

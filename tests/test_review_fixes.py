@@ -12,14 +12,14 @@ from pydantic_ai.models.function import FunctionModel
 from typer.testing import CliRunner
 
 from hyde_tutor import Monitor, TutorDeps
-from hyde_tutor.chat import answer_turn, build_tutor_agent
+from hyde_tutor.plugin.chat import answer_turn, build_tutor_agent
 from hyde_tutor.cli import app
 from hyde_tutor.config import HydeSettings
 from hyde_tutor.errors import EmbedderError
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.hypotheses import HypothesisGenerator, MemoryCache
-from hyde_tutor.monitor import RetrievalRecord
-from hyde_tutor.prompts import Perspective
+from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
+from hyde_tutor.plugin.monitor import RetrievalRecord
+from hyde_tutor.llm.prompts import Perspective
 
 from .test_toolset import hyde_retriever  # noqa: F401 - fixture
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hyde_tutor.schemas import CollectionSchema, FastembedBm25
+from hyde_tutor.retrieval.schemas import CollectionSchema, FastembedBm25
 
 from .conftest import ROOT
 
@@ -45,7 +45,7 @@ def test_schema_renders_payloads() -> None:
 def test_a_schema_collection_on_the_embedded_store_is_a_clear_error(isolated_env: Path) -> None:
     from hyde_tutor import EdgeStore
     from hyde_tutor.errors import StoreUnavailableError
-    from hyde_tutor.store import SearchRequest
+    from hyde_tutor.retrieval.store import SearchRequest
 
     store = EdgeStore(isolated_env / "edge")
     with pytest.raises(StoreUnavailableError, match="HYDE_QDRANT__URL"):

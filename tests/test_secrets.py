@@ -44,15 +44,15 @@ from hyde_tutor import (
     TutorDeps,
 )
 from hyde_tutor.config import HydeSettings, LLMSettings, OpenAISettings
-from hyde_tutor.embedders import OpenAIEmbedder
+from hyde_tutor.retrieval.embedders import OpenAIEmbedder
 from hyde_tutor.errors import EmbedderError
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.hypotheses import HypothesisGenerator
-from hyde_tutor.hypothesis_cache import NoCache
-from hyde_tutor.ingest import ingest_documents
-from hyde_tutor.llm import openai_key, resolve_provider
-from hyde_tutor.retriever import Retriever
-from hyde_tutor.simulated import simulated_model
+from hyde_tutor.hyde.hypotheses import HypothesisGenerator
+from hyde_tutor.hyde.cache import NoCache
+from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.llm.backends import openai_key, resolve_provider
+from hyde_tutor.retrieval.retriever import Retriever
+from hyde_tutor.llm.simulated import simulated_model
 
 from .chat_stub import completion, send_json
 from .test_faults import _closed_port

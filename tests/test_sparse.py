@@ -3,12 +3,12 @@ import sys
 
 import pytest
 
-from hyde_tutor.sparse import Bm25Encoder, bm25_document_weights, query_weights, term_index
+from hyde_tutor.retrieval.sparse import Bm25Encoder, bm25_document_weights, query_weights, term_index
 
 
 def test_term_index_is_stable_across_processes() -> None:
     here = [term_index(t) for t in ("고", "싶", "желан")]
-    code = "from hyde_tutor.sparse import term_index; print([term_index(t) for t in ('고', '싶', 'желан')])"
+    code = "from hyde_tutor.retrieval.sparse import term_index; print([term_index(t) for t in ('고', '싶', 'желан')])"
     there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert str(here) == there
     assert all(0 <= i < 2**31 for i in here)

@@ -17,9 +17,9 @@ from hyde_tutor import (
     StoreLockedError,
     StoreUnavailableError,
 )
-from hyde_tutor.ingest import ingest_documents
-from hyde_tutor.retriever import Retriever
-from hyde_tutor.store import SearchRequest
+from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.retrieval.retriever import Retriever
+from hyde_tutor.retrieval.store import SearchRequest
 
 from .conftest import HashEmbedder
 
@@ -98,7 +98,7 @@ def test_search_request_needs_a_vector(store, hash_embedder, bm25) -> None:
 
 _HOLD = """
 import sys, time
-from hyde_tutor.store import {cls}
+from hyde_tutor.retrieval.store import {cls}
 store = {cls}{opener}
 store.count("c")
 print("holding", flush=True)

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from hyde_tutor import EdgeStore, QdrantClientStore, StoreLockedError, StoreUnavailableError
 from hyde_tutor.cli import app
-from hyde_tutor.store.edge import _translate
+from hyde_tutor.retrieval.store.edge import _translate
 
 from .test_store import DOCS
 
@@ -24,7 +24,7 @@ def test_only_a_lock_message_means_locked() -> None:
 
 
 def test_a_bug_inside_a_store_call_is_not_reported_as_an_outage(tmp_path: Path, hash_embedder, bm25) -> None:
-    from hyde_tutor.ingest import ingest_documents
+    from hyde_tutor.corpus.ingest import ingest_documents
 
     store = EdgeStore(tmp_path / "edge")
     ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
@@ -62,7 +62,7 @@ def test_a_bad_setting_is_one_line_naming_the_variable(isolated_env: Path, monke
 
 def test_eval_reports_a_bad_qrels_score_and_a_bad_query_line_with_file_and_line(tiny_beir: Path) -> None:
     from hyde_tutor.errors import HydeTutorError
-    from hyde_tutor.evaluation import load_beir
+    from hyde_tutor.evaluation.beir import load_beir
 
     qrels = tiny_beir / "qrels" / "test.tsv"
     good = qrels.read_text(encoding="utf-8")

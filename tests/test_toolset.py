@@ -16,10 +16,10 @@ from hyde_tutor import EdgeStore, Experiment, HydeSearchToolset, Monitor, TutorD
 from hyde_tutor.config import HydeSettings
 from hyde_tutor.errors import StoreUnavailableError
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.hypotheses import HypothesisGenerator, MemoryCache
-from hyde_tutor.ingest import ingest_documents
-from hyde_tutor.retriever import Retriever
-from hyde_tutor.simulated import simulated_model
+from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
+from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.retrieval.retriever import Retriever
+from hyde_tutor.llm.simulated import simulated_model
 
 from .chat_stub import chat_stub
 from .conftest import ROOT

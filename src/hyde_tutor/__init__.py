@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from .analysis import KoreanAwareAnalyzer
+from .retrieval.analysis import KoreanAwareAnalyzer
 from .config import Settings
-from .documents import Document, point_id_for
-from .embedders import (
+from .corpus.documents import Document, point_id_for
+from .retrieval.embedders import (
     DenseEmbedder,
     OpenAIEmbedder,
     PydanticAIEmbedder,
@@ -23,21 +23,21 @@ from .errors import (
     StoreLockedError,
     StoreUnavailableError,
 )
-from .experiment import Decision, Experiment, ReloadableExperiment, decide
-from .fusion import agreement, max_score_fusion, mean_vector, protect_head, reciprocal_rank_fusion, weighted_score_fusion
+from .plugin.experiment import Decision, Experiment, ReloadableExperiment, decide
+from .hyde.fusion import agreement, max_score_fusion, mean_vector, protect_head, reciprocal_rank_fusion, weighted_score_fusion
 from .hyde import HydePolicy, HydeResult, HydeRetriever, RetrievedDoc
-from .hypotheses import HypothesisGenerator
-from .llm import LLMBackend, make_llm
-from .monitor import Monitor, RetrievalRecord
-from .toolset import HydeSearchToolset, TutorDeps, hyde_capability, tutor_instructions
-from .retrieve_first import HydeTutor, RetrieveFirst
-from .recordings import NotRecordedError, Recording, RecordingBook, ReplayModel
-from .ingest import IngestReport, ingest_documents, ingest_file
-from .question_index import QuestionIngestReport, ingest_questions
-from .questions import QuestionCache, QuestionGenerator, parse_questions, question_generator_from_settings
-from .retriever import Retriever
-from .sparse import Bm25Encoder, SparseVec
-from .store import (
+from .hyde.hypotheses import HypothesisGenerator
+from .llm.backends import LLMBackend, make_llm
+from .plugin.monitor import Monitor, RetrievalRecord
+from .plugin.toolset import HydeSearchToolset, TutorDeps, hyde_capability, tutor_instructions
+from .plugin.tutor import HydeTutor, RetrieveFirst
+from .llm.recordings import NotRecordedError, Recording, RecordingBook, ReplayModel
+from .corpus.ingest import IngestReport, ingest_documents, ingest_file
+from .hyde.question_index import QuestionIngestReport, ingest_questions
+from .hyde.questions import QuestionCache, QuestionGenerator, parse_questions, question_generator_from_settings
+from .retrieval.retriever import Retriever
+from .retrieval.sparse import Bm25Encoder, SparseVec
+from .retrieval.store import (
     CollectionSpec,
     EdgeStore,
     Hit,

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from ..config import Settings
 from ..errors import HydeTutorError
 from ..hyde import FusionMode, HydeRetriever
-from ..retriever import Retriever
+from ..retrieval.retriever import Retriever
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="HyDE retrieval for Korean-tutor agents.")
 
@@ -64,7 +64,7 @@ def open_retriever() -> Iterator[Retriever]:
 
 def open_hyde(settings: Settings | None = None) -> HydeRetriever:
     """The configured HyDE retriever (says on stderr which LLM writes the hypotheses)."""
-    from ..llm import describe_backend
+    from ..llm.backends import describe_backend
 
     settings = settings or Settings()
     typer.echo(f"LLM for HyDE: {describe_backend(settings)} (pin with HYDE_LLM__PROVIDER)", err=True)

@@ -24,11 +24,11 @@ def chat(
     Reads questions from standard input when it is not a terminal, one per line, prints each answer
     and exits 0 at the end: printf 'вопрос\n' | hyde-tutor chat
     """
-    from ..chat import CHAT_MODES, build_tutor_agent, chat_loop, default_chat_mode
-    from ..experiment import ReloadableExperiment
-    from ..llm import make_llm
-    from ..monitor import Monitor, configure_logfire
-    from ..toolset import TutorDeps
+    from ..plugin.chat import CHAT_MODES, build_tutor_agent, chat_loop, default_chat_mode
+    from ..plugin.experiment import ReloadableExperiment
+    from ..llm.backends import make_llm
+    from ..plugin.monitor import Monitor, configure_logfire
+    from ..plugin.toolset import TutorDeps
 
     if mode not in ("auto", *CHAT_MODES):
         fail(f"--mode must be auto, tools or retrieve-first, not {mode!r}.")
@@ -76,7 +76,7 @@ def demo(
     eval_dir: Annotated[Path, typer.Option("--eval-dir", help="BEIR sets: grammar, grammar_holdout, docs.")] = Path("data/eval"),
 ) -> None:
     """Show what HyDE does: recorded capable-model HyDE vs plain search, then one live search."""
-    from ..demo import run_demo
+    from ..evaluation.demo import run_demo
 
     try:
         run_demo(Settings(), typer.echo, eval_dir=eval_dir, live=live)

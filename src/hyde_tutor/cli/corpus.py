@@ -10,11 +10,11 @@ from typing import Annotated
 import typer
 
 from ..config import Settings
-from ..documents import iter_jsonl_documents, to_beir_record
+from ..corpus.documents import iter_jsonl_documents, to_beir_record
 from ..errors import HydeTutorError
-from ..ingest import ingest_file, read_documents
-from ..retriever import Retriever
-from ..validation import validate_query
+from ..corpus.ingest import ingest_file, read_documents
+from ..retrieval.retriever import Retriever
+from ..retrieval.validation import validate_query
 from .app import app, fail, open_retriever, read_queries
 
 
@@ -45,8 +45,8 @@ def ingest(
 
 def _ingest_questions(settings: Settings, r: Retriever, file: Path, collection: str, k: int, regenerate: bool,
                       recreate: bool) -> str:
-    from ..question_index import ingest_questions
-    from ..questions import question_generator_from_settings
+    from ..hyde.question_index import ingest_questions
+    from ..hyde.questions import question_generator_from_settings
 
     documents, _ = read_documents(file)
     generator, close = question_generator_from_settings(settings)
@@ -64,7 +64,7 @@ def inspect_command(
 ) -> None:
     """Show a collection's vectors, sizes, modifiers, point count and a sample payload, and whether
     hyde-tutor can search it as configured (if not, the settings to add). Exit 1 when it cannot."""
-    from ..inspection import inspect_report
+    from ..corpus.inspection import inspect_report
 
     with open_retriever() as r:
         report, ok = inspect_report(r, collection)
@@ -107,10 +107,10 @@ def record(
 
     Resumable: a re-run skips every (query, perspective, prompt files) already in --out.
     """
-    from ..hypotheses import HypothesisGenerator
-    from ..llm import describe_backend, make_llm
-    from ..questions import QuestionGenerator
-    from ..recorder import RecordingWriter, record_hypotheses, record_questions
+    from ..hyde.hypotheses import HypothesisGenerator
+    from ..llm.backends import describe_backend, make_llm
+    from ..hyde.questions import QuestionGenerator
+    from ..llm.recorder import RecordingWriter, record_hypotheses, record_questions
 
     if (questions is None) == (queries is None):
         fail("Give --queries FILE (hypotheses) or --questions K --file CORPUS (write-time questions).")

@@ -11,12 +11,12 @@ from typing import Annotated, Any
 
 import typer
 
-from ..arm_runs import ARM_NAMES, HYDE_ARMS, RAW_ARMS, HydeArm, raw_arm
+from ..evaluation.arms import ARM_NAMES, HYDE_ARMS, RAW_ARMS, HydeArm, raw_arm
 from ..config import Settings
-from ..documents import iter_jsonl_documents
+from ..corpus.documents import iter_jsonl_documents
 from ..errors import HydeTutorError
-from ..evaluation import BeirDataset, evaluate_arms, load_beir, report_json, report_table
-from ..ingest import ingest_file
+from ..evaluation.beir import BeirDataset, evaluate_arms, load_beir, report_json, report_table
+from ..corpus.ingest import ingest_file
 from .app import app, check_fusion, fail, open_hyde
 
 
@@ -92,7 +92,7 @@ def _ensure_collection(r: Any, collection: str, data: BeirDataset, dataset: Path
 
 
 def _plot(results: Any, plot: Path, dataset: Path, data: BeirDataset) -> None:
-    from ..plots import plot_eval
+    from ..evaluation.plots import plot_eval
 
     try:
         chart = plot_eval(results, plot, title=f"{dataset.name}: {len(data.queries)} queries",
@@ -113,9 +113,9 @@ def bench(
     """Throughput and latency benchmarks; with --llm-latency-ms, HyDE pipeline overhead vs ideal and sequential.
 
     Everything is built in a temporary folder: your data dir is never written."""
-    from ..bench import format_rows, run_all
-    from ..embedders import make_dense_embedder
-    from ..sparse import Bm25Encoder
+    from ..evaluation.bench import format_rows, run_all
+    from ..retrieval.embedders import make_dense_embedder
+    from ..retrieval.sparse import Bm25Encoder
 
     settings = Settings()
     docs = [p.document for p in iter_jsonl_documents(corpus) if p.document is not None] if corpus.is_file() else []
@@ -139,7 +139,7 @@ def bench(
 
 
 def _bench_pipeline(settings: Settings, docs: list[Any], latency_ms: float, n_queries: int, as_json: bool) -> None:
-    from ..pipeline_bench import run_pipeline_bench
+    from ..evaluation.pipeline_bench import run_pipeline_bench
 
     data = load_beir(Path("data/eval/grammar")) if Path("data/eval/grammar").is_dir() else None
     texts = [q.text for q in data.queries[:n_queries]] if data else ["Как сказать, что я хочу пойти?"] * n_queries
@@ -162,9 +162,9 @@ def ab_report(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Per-arm latency / fallback table and hyde-minus-raw differences with bootstrap 95% CIs."""
-    from ..abreport import arm_rows, differences, format_report
-    from ..abreport import plot as draw
-    from ..monitor import load_records
+    from ..evaluation.abreport import arm_rows, differences, format_report
+    from ..evaluation.abreport import plot as draw
+    from ..plugin.monitor import load_records
 
     path = file or Settings().data_dir / "metrics.jsonl"
     if not path.is_file():

@@ -11,9 +11,9 @@ import typer
 
 from ..errors import HydeTutorError
 from ..hyde import HydeResult, RetrievedDoc
-from ..rendering import payload_label
-from ..retriever import SearchMode
-from ..store import Hit
+from ..corpus.rendering import payload_label
+from ..retrieval.retriever import SearchMode
+from ..retrieval.store import Hit
 from .app import app, check_fusion, fail, json_line, open_hyde, open_retriever, read_queries
 
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..hypotheses import Domain, GenerationResult, HypothesisGenerator
+from .hypotheses import Domain, GenerationResult, HypothesisGenerator
 from ..telemetry import logfire
 
 GeneratorFactory = Callable[[Domain], HypothesisGenerator]
@@ -55,7 +55,7 @@ class GeneratorPool:
                 return self._generators[domain]
             failure = self._failure
             if failure is not None and time.monotonic() < failure.retry_at:
-                from ..llm import LLMUnavailableError
+                from ..llm.backends import LLMUnavailableError
 
                 raise LLMUnavailableError(
                     f"The LLM backend failed to start ({failure.attempts}x, last: {failure.message}); "

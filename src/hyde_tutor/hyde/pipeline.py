@@ -19,14 +19,14 @@ from typing import Any
 
 from ..config import HydeSettings, QuestionSettings, Settings
 from ..errors import CollectionNotFoundError
-from ..hypotheses import Domain, GenerationResult, HypothesisGenerator
-from ..hypothesis_cache import make_cache
+from .hypotheses import Domain, GenerationResult, HypothesisGenerator
+from .cache import make_cache
 from ..telemetry import logfire
-from ..rendering import payload_text
-from ..rerank import CrossEncoderReranker, Reranker
-from ..retriever import Retriever
-from ..store import Hit, questions_collection
-from ..validation import validate_query, validate_top_k
+from ..corpus.rendering import payload_text
+from .rerank import CrossEncoderReranker, Reranker
+from ..retrieval.retriever import Retriever
+from ..retrieval.store import Hit, questions_collection
+from ..retrieval.validation import validate_query, validate_top_k
 from . import stages
 from .generators import GeneratorFactory, GeneratorPool
 from .policy import AGREEMENT_DEPTH, SCORE_FUSION_DEPTH, FusionMode, HydePolicy
@@ -91,7 +91,7 @@ class HydeRetriever:
     @classmethod
     def from_settings(cls, settings: Settings, retriever: Retriever | None = None) -> HydeRetriever:
         """Wire everything from settings; the LLM backend starts on the first HyDE search."""
-        from ..llm import describe_backend, make_llm, resolve_provider
+        from ..llm.backends import describe_backend, make_llm, resolve_provider
 
         cache = make_cache(settings.hyde.cache, settings.data_dir)
         backends: list[Any] = []

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..config import HydeSettings
-from ..hypotheses import DEFAULT_HYPOTHESES
+from .hypotheses import DEFAULT_HYPOTHESES
 
 FusionMode = Literal["rrf", "max", "mean", "score"]
 HydeLegs = Literal["both", "dense", "sparse"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..hypotheses import Hypothesis, TokenUsage
+from .hypotheses import Hypothesis, TokenUsage
 
 FallbackReason = Literal[
     "llm_error", "timeout", "not_recorded", "empty_hypotheses", "off_topic", "no_results", "embed_error", "disabled"

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..config import HydeSettings
 from ..errors import EmbedderError
-from ..fusion import (
+from .fusion import (
     agreement,
     channels_by_doc,
     max_score_fusion,
@@ -28,12 +28,12 @@ from ..fusion import (
     reciprocal_rank_fusion,
     weighted_score_fusion,
 )
-from ..hypotheses import Hypothesis
+from .hypotheses import Hypothesis
 from ..telemetry import logfire
-from ..rerank import Reranker, adaptive_threshold
-from ..retriever import EncodedQueries, Retriever
-from ..sparse import SparseVec
-from ..store import Hit, questions_collection
+from .rerank import Reranker, adaptive_threshold
+from ..retrieval.retriever import EncodedQueries, Retriever
+from ..retrieval.sparse import SparseVec
+from ..retrieval.store import Hit, questions_collection
 from .policy import AGREEMENT_DEPTH, FusionMode, HydeLegs, HydePolicy
 from .result import QUESTIONS, RAW, RetrievedDoc
 

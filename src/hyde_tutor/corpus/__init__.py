@@ -1,0 +1,1 @@
+"""Documents and collections: the corpus format, schemas of collections built elsewhere, payload rendering, ingest, inspection."""

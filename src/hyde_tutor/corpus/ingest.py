@@ -1,0 +1,180 @@
+"""JSONL -> collection: stable ids, skip unchanged documents, batched, with a progress bar."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .documents import Document, iter_jsonl_documents, point_id_for
+from ..retrieval.embedders import DenseEmbedder
+from ..errors import CorpusFormatError, HydeTutorError
+from ..retrieval.sparse import Bm25Encoder
+from ..retrieval.store import CollectionSpec, PointRecord, VectorStore, questions_collection
+from ..retrieval.store.base import DOC_ID_KEY, HASH_KEY
+
+MAX_QUESTIONS = 10
+"""Questions per document at most (write-time HyDE); question point ids are numbered below it."""
+
+
+@dataclass(slots=True)
+class IngestReport:
+    """What one ingest run did."""
+
+    collection: str
+    source: str
+    documents: int = 0
+    written: int = 0
+    unchanged: int = 0
+    bad_lines: list[CorpusFormatError] = field(default_factory=list)
+    seconds: float = 0.0
+    points_in_collection: int = 0
+    deleted: int | None = None
+    """With ``sync``: points of documents no longer in the input, deleted (None: not synced)."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad_lines
+
+    def summary(self) -> str:
+        rate = self.written / self.seconds if self.seconds > 0 else 0.0
+        lines = [
+            f"{self.collection}: {self.documents} documents read from {self.source}; "
+            f"{self.written} written, {self.unchanged} unchanged (skipped), "
+            f"{len(self.bad_lines)} bad lines; "
+            + ("" if self.deleted is None else f"{self.deleted} deleted (no longer in the file); ")
+            + f"{self.points_in_collection} points in collection; "
+            f"{self.seconds:.1f} s ({rate:.0f} docs/s)"
+        ]
+        lines += [f"  skipped {err}" for err in self.bad_lines]
+        return "\n".join(lines)
+
+
+def read_documents(path: Path) -> tuple[list[Document], list[CorpusFormatError]]:
+    """Parse a JSONL corpus; bad lines and duplicate ids are collected, not raised."""
+    if not Path(path).is_file():
+        raise HydeTutorError(f"Corpus file {path} does not exist.")
+    docs: dict[str, Document] = {}
+    first_line: dict[str, int] = {}
+    errors: list[CorpusFormatError] = []
+    for parsed in iter_jsonl_documents(path):
+        if parsed.error is not None:
+            errors.append(parsed.error)
+            continue
+        doc = parsed.document
+        assert doc is not None
+        if doc.id in docs:
+            errors.append(CorpusFormatError(parsed.line_no, f"duplicate id {doc.id!r} (first on line {first_line[doc.id]})"))
+            continue
+        docs[doc.id] = doc
+        first_line[doc.id] = parsed.line_no
+    return list(docs.values()), errors
+
+
+def ingest_documents(
+    documents: Sequence[Document],
+    collection: str,
+    store: VectorStore,
+    dense: DenseEmbedder,
+    sparse: Bm25Encoder,
+    *,
+    recreate: bool = False,
+    batch_size: int = 64,
+    progress: bool = True,
+    source: str = "<memory>",
+    sync: bool = False,
+) -> IngestReport:
+    """Write ``documents`` into ``collection``; re-running with the same input writes nothing.
+
+    ``sync`` also deletes the points of documents that are no longer in ``documents`` (refused when
+    the input had bad lines: a document on a bad line is not gone, it is unreadable).
+    """
+    started = time.perf_counter()
+    report = IngestReport(collection=collection, source=source, documents=len(documents))
+    spec = _ensure_collection(collection, store, dense, sparse, documents, recreate)
+    encoder = Bm25Encoder(sparse.analyzer, sparse.k1, sparse.b, spec.bm25_avg_len)
+    with tqdm(total=len(documents), desc=f"ingest {collection}", unit="doc", disable=not progress) as bar:
+        for start in range(0, len(documents), batch_size):
+            batch = list(documents[start : start + batch_size])
+            stored = store.stored_hashes(collection, [d.point_id for d in batch])
+            todo = [d for d in batch if stored.get(d.point_id) != d.content_hash]
+            report.unchanged += len(batch) - len(todo)
+            if todo:
+                store.upsert(collection, _points(todo, dense, encoder))
+                report.written += len(todo)
+            bar.update(len(batch))
+    if sync:
+        if not documents:
+            raise HydeTutorError(f"--sync refused: {source} has no documents; it would empty {collection!r}. "
+                                 f"To drop the collection, ingest with --recreate from the right file.")
+        keep = {d.point_id for d in documents}
+        stale = [pid for pid in store.point_ids(collection) if pid not in keep]
+        if stale:
+            store.delete_points(collection, stale)
+        report.deleted = len(stale)
+        _sync_questions(store, collection, {d.id for d in documents})
+    if report.written or report.deleted:
+        store.finish_ingest(collection)
+    report.points_in_collection = store.count(collection)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _sync_questions(store: VectorStore, collection: str, keep_ids: set[str]) -> None:
+    """Drop the write-time question points whose parent document left the collection."""
+    target = questions_collection(collection)
+    if target not in store.list_collections():
+        return
+    kept = {question_point_id(doc_id, i) for doc_id in keep_ids for i in range(MAX_QUESTIONS)}
+    stale = [pid for pid in store.point_ids(target) if pid not in kept]
+    if stale:
+        store.delete_points(target, stale)
+        store.finish_ingest(target)
+
+
+def ingest_file(path: Path, collection: str, store: VectorStore, dense: DenseEmbedder, sparse: Bm25Encoder, **kwargs: object) -> IngestReport:
+    """Read a JSONL file (project formats or BEIR corpus) and ingest it."""
+    documents, errors = read_documents(Path(path))
+    if kwargs.get("sync") and errors:
+        raise HydeTutorError(
+            f"--sync refused: {path} has {len(errors)} bad line(s) (first: {errors[0]}); a document on a bad line "
+            "would be deleted from the collection. Fix the lines, or ingest without --sync."
+        )
+    report = ingest_documents(documents, collection, store, dense, sparse, source=str(path), **kwargs)  # type: ignore[arg-type]
+    report.bad_lines = errors
+    return report
+
+
+def _ensure_collection(
+    collection: str, store: VectorStore, dense: DenseEmbedder, sparse: Bm25Encoder, documents: Sequence[Document], recreate: bool
+) -> CollectionSpec:
+    if recreate or collection not in store.list_collections():
+        sample = [d.text for d in documents[:2000]]
+        spec = CollectionSpec(dense.name, dense.dim, sparse.name, round(sparse.average_length(sample), 2))
+        store.create_collection(collection, spec, recreate=recreate)
+    spec = store.collection_spec(collection)
+    spec.check_compatible(collection, dense.name, dense.dim, sparse.name)
+    return spec
+
+
+def _points(docs: Sequence[Document], dense: DenseEmbedder, sparse: Bm25Encoder) -> list[PointRecord]:
+    texts = [d.text for d in docs]
+    vectors = dense.embed(texts)
+    sparse_vectors = sparse.encode_documents(texts)
+    return [
+        PointRecord(
+            point_id=d.point_id,
+            dense=vectors[i],
+            sparse=sparse_vectors[i],
+            payload={DOC_ID_KEY: d.id, HASH_KEY: d.content_hash, **d.payload},
+        )
+        for i, d in enumerate(docs)
+    ]
+
+
+def question_point_id(doc_id: str, index: int) -> str:
+    """Point id of a document's ``index``-th write-time question (in ``<collection>__questions``)."""
+    return point_id_for(f"{doc_id}#question-{index}")

@@ -1,0 +1,1 @@
+"""IR metrics, eval arms, plots, the A/B report, the benchmark, the demo."""

@@ -1,0 +1,146 @@
+"""A/B report over the monitor's JSONL: per-arm table, differences with bootstrap CIs, a PNG chart.
+
+Confidence intervals: percentile bootstrap, 2,000 resamples of each arm independently, 95 %, fixed seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from ..plugin.experiment import ARMS as EXPERIMENT_ARMS
+from ..plugin.experiment import arm_uses_hyde
+
+ARMS = ("hyde", "raw")
+
+
+@dataclass(frozen=True, slots=True)
+class ArmRow:
+    arm: str
+    count: int
+    p50_ms: float
+    p95_ms: float
+    mean_ms: float
+    fallback_rate: float
+    mean_results: float
+    mean_top_score: float
+    asked_otherwise_rate: float = 0.0
+    """Share of retrievals whose caller asked for the other treatment than this arm's (``requested_hyde``)."""
+    override_rate: float = 0.0
+    """Share of retrievals where the caller's request won against the arm (``explicit_wins``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    metric: str
+    hyde_minus_raw: float
+    ci_low: float
+    ci_high: float
+
+
+Grouping = Literal["assigned", "received"]
+
+
+def group_of(rec: dict[str, Any], by: Grouping = "assigned") -> str:
+    """``assigned``: the subject's arm (intention to treat). ``received``: the treatment actually given
+    (``hyde`` when HyDE was attempted, else ``raw``)."""
+    if by == "received":  # the questions channel is a treatment too: keep it apart from hyde vs raw
+        return ("hyde" if rec.get("use_hyde") else "raw") + ("+questions" if rec.get("used_questions") else "")
+    return str(rec.get("arm", "unassigned"))
+
+
+def _total(rec: dict[str, Any]) -> float:
+    return float((rec.get("stages_ms") or {}).get("total_ms", 0.0))
+
+
+def _asked_otherwise(rec: dict[str, Any]) -> bool:
+    requested, arm = rec.get("requested_hyde"), str(rec.get("arm", "unassigned"))
+    return requested is not None and arm in EXPERIMENT_ARMS and requested != arm_uses_hyde(arm)
+
+
+def arm_rows(records: Sequence[dict[str, Any]], by: Grouping = "assigned") -> list[ArmRow]:
+    rows = []
+    for arm in sorted({group_of(r, by) for r in records}):
+        recs = [r for r in records if group_of(r, by) == arm]
+        totals = np.array([_total(r) for r in recs])
+        tops = [r["top_score"] for r in recs if r.get("top_score") is not None]
+        rows.append(ArmRow(
+            arm, len(recs), float(np.percentile(totals, 50)), float(np.percentile(totals, 95)), float(totals.mean()),
+            sum(1 for r in recs if r.get("use_hyde") and r.get("fallback_reason")) / len(recs),
+            float(np.mean([r.get("results", 0) for r in recs])), float(np.mean(tops)) if tops else float("nan"),
+            sum(map(_asked_otherwise, recs)) / len(recs), sum(1 for r in recs if r.get("overridden")) / len(recs),
+        ))
+    return rows
+
+
+def bootstrap_diff(a: Sequence[float], b: Sequence[float], n: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Mean(a) - mean(b) with a 95 % percentile-bootstrap interval."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    rng = np.random.default_rng(seed)
+    diffs = rng.choice(x, (n, len(x))).mean(axis=1) - rng.choice(y, (n, len(y))).mean(axis=1)
+    low, high = np.percentile(diffs, [2.5, 97.5])
+    return float(x.mean() - y.mean()), float(low), float(high)
+
+
+def differences(records: Sequence[dict[str, Any]], by: Grouping = "assigned") -> list[Difference]:
+    by_arm = {arm: [r for r in records if group_of(r, by) == arm] for arm in ARMS}
+    if not all(by_arm.values()):
+        return []
+    signals = {
+        "total_ms": _total,
+        "results": lambda r: float(r.get("results", 0)),
+        "top_score": lambda r: float(r["top_score"]) if r.get("top_score") is not None else float("nan"),
+    }
+    out = []
+    for name, fn in signals.items():
+        a = [v for v in map(fn, by_arm["hyde"]) if not np.isnan(v)]
+        b = [v for v in map(fn, by_arm["raw"]) if not np.isnan(v)]
+        if a and b:
+            out.append(Difference(name, *bootstrap_diff(a, b)))
+    return out
+
+
+def format_report(rows: Sequence[ArmRow], diffs: Sequence[Difference], title: str = "by assigned arm") -> str:
+    head = (f"{'arm':<12}{'n':>7}{'p50 ms':>10}{'p95 ms':>10}{'mean ms':>10}{'fallback':>10}{'results':>9}"
+            f"{'top score':>11}{'asked other':>13}{'overridden':>12}")
+    lines = [title, head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r.arm:<12}{r.count:>7}{r.p50_ms:>10.1f}{r.p95_ms:>10.1f}{r.mean_ms:>10.1f}"
+                     f"{r.fallback_rate:>10.1%}{r.mean_results:>9.2f}{r.mean_top_score:>11.4f}"
+                     f"{r.asked_otherwise_rate:>13.1%}{r.override_rate:>12.1%}")
+    if diffs:
+        lines += ["", "hyde - raw (mean difference, 95% bootstrap CI, 2000 resamples):"]
+        lines += [f"  {d.metric:<10} {d.hyde_minus_raw:+.4f}  [{d.ci_low:+.4f}, {d.ci_high:+.4f}]" for d in diffs]
+    else:
+        lines += ["", "(need records in both the hyde and raw arms for a comparison)"]
+    return "\n".join(lines)
+
+
+def plot(rows: Sequence[ArmRow], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
+    names = [r.arm for r in rows]
+    x = np.arange(len(rows))
+    ax1.bar(x - 0.2, [r.p50_ms for r in rows], 0.4, label="p50")
+    ax1.bar(x + 0.2, [r.p95_ms for r in rows], 0.4, label="p95")
+    ax1.set_xticks(x, names)
+    ax1.set_ylabel("ms per retrieval")
+    ax1.set_title("Latency by arm")
+    ax1.legend()
+    ax2.bar(x, [r.fallback_rate * 100 for r in rows], 0.5, color="tab:red")
+    ax2.set_xticks(x, names)
+    ax2.set_ylabel("% of HyDE retrievals")
+    ax2.set_title("Fallback rate")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

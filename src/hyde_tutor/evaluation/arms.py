@@ -1,0 +1,86 @@
+"""Eval arms as functions from a batch of query texts to ranked document ids: plain retrieval modes and
+HyDE pipeline variants, ready for :func:`~hyde_tutor.evaluation.arms.evaluate_arms`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..hyde import FusionMode, HydeRetriever
+from ..retrieval.retriever import Retriever, SearchMode
+
+ArmRun = Callable[[Sequence[str]], list[list[str]]]
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineArm:
+    """An eval arm run through the HyDE pipeline: which channels it fuses."""
+
+    use_hyde: bool
+    include_raw: bool = True
+    use_questions: bool = False
+
+
+# arm -> (channels, fusion override). "raw" uses the configured fusion.
+RAW_ARMS: dict[str, tuple[SearchMode, str | None]] = {
+    "raw": ("hybrid", None),
+    "rrf": ("hybrid", "rrf"),
+    "dbsf": ("hybrid", "dbsf"),
+    "dense": ("dense", None),
+    "sparse": ("sparse", None),
+}
+HYDE_ARMS: dict[str, PipelineArm] = {
+    "hyde": PipelineArm(True),
+    "hyde_only": PipelineArm(True, include_raw=False),
+    "questions": PipelineArm(False, use_questions=True),
+    "hyde+questions": PipelineArm(True, use_questions=True),
+}
+ARM_NAMES = (*RAW_ARMS, *HYDE_ARMS)
+
+
+def raw_arm(r: Retriever, collection: str, k: int, mode: SearchMode, fusion: str | None) -> ArmRun:
+    """Plain retrieval in ``mode`` (and Qdrant fusion ``fusion``, when given)."""
+    settings = r.settings if fusion is None else r.settings.model_copy(update={"fusion": fusion})
+
+    def run(texts: Sequence[str]) -> list[list[str]]:
+        return [[h.doc_id for h in hits] for hits in r.search_many(collection, list(texts), k, mode, settings=settings)]
+
+    return run
+
+
+class HydeArm:
+    """A HyDE pipeline arm. Its batches run on one event loop of its own (HTTP clients stay bound to
+    it); ``reasons`` collects each query's fallback reasons, keyed by its text (a warm-up query counts once).
+    Close it (or use it as a context manager) to close that loop."""
+
+    def __init__(self, hr: HydeRetriever, collection: str, k: int, arm: PipelineArm, n: int | None,
+                 fusion: FusionMode | None) -> None:
+        self.hr, self.collection, self.k, self.arm, self.n, self.fusion = hr, collection, k, arm, n, fusion
+        self.reasons: dict[str, list[str]] = {}
+        self._loop = asyncio.new_event_loop()
+
+    def __call__(self, texts: Sequence[str]) -> list[list[str]]:
+        arm = self.arm
+        results = self._loop.run_until_complete(self.hr.search_many(
+            self.collection, list(texts), top_k=self.k, use_hyde=arm.use_hyde, n_hypotheses=self.n,
+            fusion=self.fusion, include_raw=arm.include_raw, use_questions=arm.use_questions,
+        ))
+        for text, res in zip(texts, results, strict=True):
+            self.reasons[text] = (["no_questions_index"] if arm.use_questions and not res.used_questions else []) + (
+                [res.fallback_reason] if res.fallback_reason and arm.use_hyde else [])
+        return [[d.id for d in res.results] for res in results]
+
+    def fallbacks(self) -> dict[str, int]:
+        """How often each fallback reason occurred, over distinct queries."""
+        return dict(Counter(reason for found in self.reasons.values() for reason in found))
+
+    def close(self) -> None:
+        self._loop.close()
+
+    def __enter__(self) -> HydeArm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,204 @@
+"""Domain hypothesis generators: N concurrent pydantic-ai calls, normalised, deduplicated, cached.
+
+A hypothesis is an answer-shaped passage in the corpus's own shape (a grammar entry, or a
+teaching text). It may be factually wrong; only its shape and vocabulary matter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import HydeSettings, LLMSettings
+from ..errors import HydeTutorError
+from .cache import HypothesisCache, MemoryCache, cache_key
+from .domains import DOMAINS, HANGUL, Domain, normalise_length, strip_prompt_echo
+from ..llm.generation import Generation, TokenUsage, generate_text, text_agent
+from ..llm.backends import LLMBackend
+from ..llm.prompts import Perspective, Prompt, load_prompt, parse_perspectives
+from ..llm.recordings import render_hypothesis_request, request_sha256
+
+MAX_HYPOTHESES = 8
+DEFAULT_HYPOTHESES = 4  # chosen on recorded capable-model hypotheses (see HydePolicy)
+
+
+# -- results --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Hypothesis:
+    text: str
+    perspective: str
+    cached: bool = False
+
+
+@dataclass(slots=True)
+class GenerationResult:
+    """Hypotheses that survived, plus what went wrong with the others."""
+
+    hypotheses: list[Hypothesis] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    timeouts: int = 0
+    not_recorded: int = 0
+    empty: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    echoed_segments: int = 0
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    seconds: float = 0.0
+
+    @property
+    def failure_reason(self) -> str | None:
+        """``timeout`` / ``llm_error`` / ``empty_hypotheses`` when nothing usable came back, else None."""
+        if self.hypotheses:
+            return None
+        if self.timeouts:
+            return "timeout"
+        if self.errors:
+            return "llm_error"
+        if self.not_recorded:
+            return "not_recorded"
+        return "empty_hypotheses"
+
+
+# -- generator ------------------------------------------------------------------------------------
+
+class HypothesisGenerator:
+    """Writes N hypotheses for a query concurrently, one per perspective, through a pydantic-ai agent."""
+
+    def __init__(
+        self,
+        model: Any,
+        model_name: str,
+        domain: Domain,
+        *,
+        prompt: Prompt | None = None,
+        request: Prompt | None = None,
+        perspectives: list[Perspective] | None = None,
+        cache: HypothesisCache | None = None,
+        hyde: HydeSettings | None = None,
+        llm: LLMSettings | None = None,
+        extra_settings: dict[str, Any] | None = None,
+        max_concurrency: int | None = None,
+        stream: bool = False,
+    ) -> None:
+        if domain not in DOMAINS:
+            raise HydeTutorError(f"Unknown HyDE domain {domain!r}; choose one of {', '.join(DOMAINS)}.")
+        self.domain = domain
+        self.profile = DOMAINS[domain]
+        self.model_name = model_name
+        self.prompt = prompt or load_prompt(self.profile.prompt)
+        self.request = request or load_prompt(self.profile.request)
+        self.perspectives_prompt = load_prompt(self.profile.perspectives)
+        self.perspectives = perspectives or parse_perspectives(self.perspectives_prompt.text)
+        self.cache = cache or MemoryCache()
+        self.hyde = hyde or HydeSettings()
+        self.min_hangul_chars = (self.profile.min_hangul_chars if self.hyde.min_hangul_chars is None
+                                 else self.hyde.min_hangul_chars)
+        llm = llm or LLMSettings()
+        # A single-slot backend (the embedded llama.cpp server) serves one request at a time: queue here,
+        # so the timeout measures the model's work and not the wait in the server's queue.
+        self.max_concurrency = max_concurrency
+        self.stream = stream  # see generation.run_text: lets a timeout stop the embedded server's generation
+        self._gates: dict[int, asyncio.Semaphore] = {}
+        self.agent = text_agent(model, self.prompt.text, llm, llm.max_tokens, extra_settings)
+
+    @classmethod
+    def for_backend(cls, backend: LLMBackend, domain: Domain, *, hyde: HydeSettings, llm: LLMSettings,
+                    cache: HypothesisCache | None = None) -> HypothesisGenerator:
+        """A generator on ``backend`` with what that backend needs: its model settings (the token budget in
+        the body), its concurrency gate (the single-slot embedded server) and streaming."""
+        return cls(backend.model, backend.name, domain, cache=cache, hyde=hyde, llm=llm,
+                   extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency, stream=backend.stream)
+
+    @property
+    def prompt_ref(self) -> str:
+        """Both prompt files and their versions: part of every cache key."""
+        return f"{self.prompt.ref}+{self.request.ref}"
+
+    @property
+    def prompt_refs(self) -> tuple[str, str, str]:
+        """System prompt, request template and perspectives file (``name@vN``), as recordings name them."""
+        return (self.prompt.ref, self.request.ref, self.perspectives_prompt.ref)
+
+    def user_prompt(self, query: str, perspective: Perspective) -> str:
+        """The request template (``prompts/hypothesis_request.v<N>.md``) filled with query and perspective."""
+        return render_hypothesis_request(self.request, query, perspective.instruction)
+
+    async def generate(self, query: str, n: int | None = None, timeout_s: float | None = None) -> GenerationResult:
+        """Generate up to ``n`` hypotheses concurrently; never raises for model failures."""
+        n = max(1, min(n or self.hyde.n_hypotheses or DEFAULT_HYPOTHESES, MAX_HYPOTHESES, len(self.perspectives)))
+        timeout = timeout_s if timeout_s is not None else self.hyde.timeout_s
+        started = time.perf_counter()
+        outcomes = await asyncio.gather(*(self._one(query, p, timeout) for p in self.perspectives[:n]))
+        result = GenerationResult(seconds=time.perf_counter() - started)
+        seen: set[str] = set()
+        for perspective, (out, cached) in zip(self.perspectives[:n], outcomes, strict=True):
+            result.usage.add(out.usage)
+            if out.failure == "timeout":
+                result.timeouts += 1
+            elif out.failure == "not_recorded":
+                result.not_recorded += 1
+            elif out.failure == "llm_error":
+                result.errors.append(f"{perspective.name}: {out.error}")
+            else:
+                self._keep(out.text or "", perspective.name, cached, result, seen)
+        return result
+
+    def _keep(self, text: str, perspective: str, cached: bool, result: GenerationResult, seen: set[str]) -> None:
+        if self.hyde.strip_prompt_echo:
+            text, dropped = strip_prompt_echo(text, (self.prompt.text, self.request.text))
+            result.echoed_segments += dropped
+        text = normalise_length(text, self.hyde.hypothesis_length, self.hyde.exact_length)
+        fingerprint = " ".join(text.lower().split())
+        if not fingerprint:
+            result.empty += 1
+        elif len(HANGUL.findall(text)) < self.min_hangul_chars:
+            result.rejected += 1  # wrong shape: a corpus passage always carries Korean examples
+        elif fingerprint in seen:
+            result.duplicates += 1
+        else:
+            seen.add(fingerprint)
+            result.hypotheses.append(Hypothesis(text, perspective, cached))
+
+    def _gate(self) -> Any:
+        if not self.max_concurrency:
+            return contextlib.nullcontext()
+        loop_id = id(asyncio.get_running_loop())
+        if loop_id not in self._gates:
+            self._gates[loop_id] = asyncio.Semaphore(self.max_concurrency)
+        return self._gates[loop_id]
+
+    async def _cache_get(self, key: str) -> str | None:
+        try:
+            if getattr(self.cache, "blocking", False):
+                return await asyncio.to_thread(self.cache.get, key)
+            return self.cache.get(key)
+        except (sqlite3.Error, OSError):  # a locked or broken cache is a miss, never a failed search
+            return None
+
+    async def _cache_set(self, key: str, value: str) -> None:
+        try:
+            if getattr(self.cache, "blocking", False):
+                await asyncio.to_thread(self.cache.set, key, value)
+            else:
+                self.cache.set(key, value)
+        except (sqlite3.Error, OSError):
+            pass
+
+    async def _one(self, query: str, perspective: Perspective, timeout: float) -> tuple[Generation, bool]:
+        """One hypothesis: from the cache, else one gated, timed call (cached when it wrote something)."""
+        # keyed by the exact request (system prompt + user message: every prompt file's text, the
+        # perspective's wording, the query), so an edited prompt never gets another prompt's hypotheses
+        user = self.user_prompt(query, perspective)
+        key = cache_key(self.model_name, request_sha256(self.prompt.text, user), query, perspective.name)
+        cached = await self._cache_get(key)
+        if cached is not None:
+            return Generation(cached), True
+        out = await generate_text(self.agent, user, timeout_s=timeout, stream=self.stream, gate=self._gate())
+        if out.text and out.text.strip():
+            await self._cache_set(key, out.text)
+        return out, False

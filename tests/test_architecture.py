@@ -1,0 +1,78 @@
+"""The layout keeps the architecture of docs/ARCHITECTURE.md: which layer may import which, and small modules."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "hyde_tutor"
+FOUNDATION = {"config", "errors", "telemetry"}
+# layer -> the layers it may import (the foundation is open to all). Kept in step with docs/ARCHITECTURE.md.
+ALLOWED: dict[str, set[str]] = {
+    "retrieval": set(),
+    "llm": set(),
+    "corpus": {"retrieval"},
+    "hyde": {"retrieval", "corpus", "llm"},
+    "plugin": {"retrieval", "corpus", "llm", "hyde"},
+    "evaluation": {"retrieval", "corpus", "llm", "hyde", "plugin"},
+    "cli": {"retrieval", "corpus", "llm", "hyde", "plugin", "evaluation"},
+}
+MAX_MODULE_LINES = 350
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _layer(path: Path) -> str:
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imported_layers(path: Path) -> set[str]:
+    """The top-level parts of hyde_tutor that ``path`` imports (relative and absolute imports)."""
+    package = list(path.relative_to(PACKAGE).parts[:-1])
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                target = [*base, *(node.module.split(".") if node.module else [])]
+                if not target:  # ``from . import x`` at the top: x is the layer
+                    found.update(alias.name for alias in node.names)
+                else:
+                    found.add(target[0])
+            elif node.module and node.module.startswith("hyde_tutor."):
+                found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("hyde_tutor."))
+    return found
+
+
+def test_the_top_level_holds_only_the_foundation_and_the_layers() -> None:
+    top = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert top == FOUNDATION
+    assert folders == set(ALLOWED)
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_each_layer_imports_only_the_layers_below_it(path: Path) -> None:
+    layer = _layer(path)
+    if path == PACKAGE / "__init__.py":
+        return  # the public API re-exports every layer
+    allowed = FOUNDATION | {layer} | ALLOWED.get(layer, set())
+    if layer == "config":
+        allowed = {"config", "errors"}
+    if layer in ("errors", "telemetry"):
+        allowed = {layer}
+    imported = _imported_layers(path)
+    assert imported <= allowed, f"{path.relative_to(PACKAGE)} imports {sorted(imported - allowed)}"
+
+
+def test_no_module_is_over_350_lines() -> None:
+    sizes = {str(p.relative_to(PACKAGE)): len(p.read_text(encoding="utf-8").splitlines()) for p in _modules()}
+    over = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
+    assert not over, f"modules over {MAX_MODULE_LINES} lines: {over}"
