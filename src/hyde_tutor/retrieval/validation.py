@@ -7,8 +7,17 @@ from typing import Any
 from ..errors import QueryValidationError
 
 
-def validate_query(query: Any, max_chars: int) -> str:
+class ValidQuery(str):
+    """A query :func:`validate_query` accepted (stripped, not empty). Passing one on skips the checks:
+    the toolset validates a tool's arguments once, and the pipeline does not repeat it."""
+
+    __slots__ = ()
+
+
+def validate_query(query: Any, max_chars: int) -> ValidQuery:
     """Return the stripped query, or raise :class:`QueryValidationError` with an actionable message."""
+    if isinstance(query, ValidQuery) and len(query) <= max_chars:
+        return query
     if not isinstance(query, str):
         raise QueryValidationError(f"The query must be a string, got {type(query).__name__}.")
     text = query.strip()
@@ -19,7 +28,7 @@ def validate_query(query: Any, max_chars: int) -> str:
             f"The query is {len(text)} characters long; the limit is {max_chars}. "
             "Shorten it to the question itself (or raise HYDE_RETRIEVAL__MAX_QUERY_CHARS)."
         )
-    return text
+    return ValidQuery(text)
 
 
 def validate_top_k(top_k: Any, upper: int = 100) -> int:
