@@ -1,0 +1,5 @@
+"""``python -m hyde_tutor.cli``: the same as the ``hyde-tutor`` command."""
+
+from . import main
+
+main()
