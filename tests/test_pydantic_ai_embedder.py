@@ -132,6 +132,18 @@ def test_model_failures_and_use_after_close_are_typed_errors() -> None:
         emb.embed(["a"])
 
 
+def test_closing_during_a_call_ends_the_call_with_a_typed_error() -> None:
+    emb = PydanticAIEmbedder(TinyModel(delay=30.0), dim=3)  # a call that would take 30 s
+    with ThreadPoolExecutor(1) as pool:
+        call = pool.submit(emb.embed, ["a"])
+        time.sleep(0.3)  # the call is now waiting on the embedder's loop
+        started = time.perf_counter()
+        emb.close()
+        with pytest.raises(EmbedderError, match="closed while this call was running"):
+            call.result(timeout=10)
+    assert time.perf_counter() - started < 10
+
+
 def test_embedder_instrumentation_nests_under_the_callers_span(capfire) -> None:
     import logfire
 

@@ -141,9 +141,9 @@ def bench(
 def _bench_pipeline(settings: Settings, docs: list[Any], latency_ms: float, n_queries: int, as_json: bool) -> None:
     from ..evaluation.pipeline_bench import run_pipeline_bench
 
-    data = load_beir(Path("data/eval/grammar")) if Path("data/eval/grammar").is_dir() else None
-    texts = [q.text for q in data.queries[:n_queries]] if data else ["Как сказать, что я хочу пойти?"] * n_queries
     try:
+        data = load_beir(Path("data/eval/grammar")) if Path("data/eval/grammar").is_dir() else None
+        texts = [q.text for q in data.queries[:n_queries]] if data else ["Как сказать, что я хочу пойти?"] * n_queries
         out = run_pipeline_bench(settings, docs, latency_ms, texts, progress=not as_json)
     except HydeTutorError as exc:
         fail(str(exc))

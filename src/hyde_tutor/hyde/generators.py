@@ -74,8 +74,9 @@ class GeneratorPool:
                 self._run_closers()
             return self._generators[domain]
 
-    async def generate(self, domain: Domain, text: str, n: int) -> GenerationResult:
-        """Start the backend if needed and write ``n`` hypotheses, all within ``timeout_s``; a slow start,
+    async def generate(self, domain: Domain, text: str, n: int, timeout_s: float | None = None) -> GenerationResult:
+        """Start the backend if needed and write ``n`` hypotheses, all within ``timeout_s`` (default: the
+        pool's); a slow start,
         a hung call or a failing backend comes back as a :class:`GenerationResult` with the reason."""
         started = time.perf_counter()
         try:
@@ -84,7 +85,7 @@ class GeneratorPool:
                     generator = self._generators[domain]
                 else:
                     build = asyncio.wrap_future(self._build_in_background(domain))
-                    generator = await asyncio.wait_for(asyncio.shield(build), self.timeout_s)
+                    generator = await asyncio.wait_for(asyncio.shield(build), timeout_s or self.timeout_s)
                 return await generator.generate(text, n)  # each call bounded by timeout_s; partial results kept
         except (asyncio.TimeoutError, TimeoutError):
             return GenerationResult(timeouts=1, seconds=time.perf_counter() - started)

@@ -86,7 +86,11 @@ class HydeRetriever:
         self.reranker = reranker
         self.domains: dict[str, Domain] = dict(self.settings.domains if domains is None else domains)
         self.generators = GeneratorPool(generator_factory, self.settings.timeout_s)
-        self.weights = stages.Weights.of(self.policy, self.questions.weight)
+
+    @property
+    def weights(self) -> stages.Weights:
+        """Channel weights, read from the policy and question settings in force."""
+        return stages.Weights.of(self.policy, self.questions.weight)
 
     @classmethod
     def from_settings(cls, settings: Settings, retriever: Retriever | None = None) -> HydeRetriever:
@@ -204,7 +208,7 @@ class HydeRetriever:
         """The stages in order; reads like the diagram in ``stages.py``."""
         raw_task = asyncio.create_task(asyncio.to_thread(
             stages.search_raw, self.retriever, plan.collection, plan.text, plan.depth, plan.has_questions))
-        generated = (await self.generators.generate(plan.domain, plan.text, plan.n_hypotheses)
+        generated = (await self.generators.generate(plan.domain, plan.text, plan.n_hypotheses, self.settings.timeout_s)
                      if plan.use_hyde else None)
         raw = await raw_task
         ranked = await self._rank(plan, raw, generated)
@@ -216,7 +220,7 @@ class HydeRetriever:
         return HydeResult(
             plan.text, plan.collection, kept.docs, ranked.used_hyde, ranked.reason,
             hypotheses=list(gen.hypotheses), usage=gen.usage, effective_threshold=kept.threshold,
-            errors=[*gen.errors, *[f"timeout x{gen.timeouts}"] * bool(gen.timeouts), *ranked.notes, *missing],
+            errors=_errors(gen, ranked, missing),
             timings=StageTimings(raw.ms, gen.seconds * 1000, ranked.embed_ms, ranked.search_ms, rerank_ms,
                                  (time.perf_counter() - started) * 1000),
             fusion=plan.fusion, used_questions=plan.has_questions,
@@ -265,3 +269,12 @@ class HydeRetriever:
         except CollectionNotFoundError:
             return False
         return True
+
+
+def _errors(gen: GenerationResult, ranked: Ranked, missing: list[str]) -> list[str]:
+    """What went wrong, for ``HydeResult.errors``: an embedding failure first (it decided the fallback),
+    then the generation's errors and timeouts, the gate's notes, a missing questions index."""
+    timeouts = [f"timeout x{gen.timeouts}"] if gen.timeouts else []
+    if ranked.reason == "embed_error":
+        return [*ranked.notes, *gen.errors, *timeouts, *missing]
+    return [*gen.errors, *timeouts, *ranked.notes, *missing]

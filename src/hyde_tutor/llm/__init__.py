@@ -1,1 +1,22 @@
 """LLM backends (API, compatible server, embedded llama.cpp, replay), one text generation helper, recordings."""
+
+from .backends import LLMBackend, LLMUnavailableError, describe_backend, make_llm, replay_backend, resolve_provider
+from .generation import Generation, TokenUsage, generate_text, text_agent
+from .recordings import NotRecordedError, Recording, RecordingBook, ReplayModel
+
+__all__ = [
+    "Generation",
+    "LLMBackend",
+    "LLMUnavailableError",
+    "NotRecordedError",
+    "Recording",
+    "RecordingBook",
+    "ReplayModel",
+    "TokenUsage",
+    "describe_backend",
+    "generate_text",
+    "make_llm",
+    "replay_backend",
+    "resolve_provider",
+    "text_agent",
+]

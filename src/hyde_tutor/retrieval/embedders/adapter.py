@@ -11,6 +11,7 @@ the ``embeddings`` spans pydantic-ai records (``Embedder.instrument_all()`` or l
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import threading
 import weakref
@@ -74,6 +75,7 @@ class PydanticAIEmbedder:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._inflight: set[concurrent.futures.Future[Any]] = set()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
@@ -115,6 +117,9 @@ class PydanticAIEmbedder:
                 return
             self._closed = True
             loop, thread = self._loop, self._thread
+            inflight = list(self._inflight)
+        for future in inflight:  # a call still running ends with an EmbedderError instead of waiting forever
+            future.cancel()
         if loop is None or thread is None:
             return
         with contextlib.suppress(Exception):  # closing must not fail the caller
@@ -143,15 +148,22 @@ class PydanticAIEmbedder:
                 otel_context.detach(token)
 
         future = asyncio.run_coroutine_threadsafe(in_caller_context(), loop)
+        with self._loop_lock:
+            self._inflight.add(future)
         try:
             return future.result()
         except EmbedderError:
             raise
+        except concurrent.futures.CancelledError as exc:
+            raise EmbedderError(f"{self.name}: the embedder was closed while this call was running.") from exc
         except Exception as exc:  # noqa: BLE001 - every failure becomes one typed error
             raise self._error(exc) from exc
         except BaseException:  # KeyboardInterrupt, SystemExit: stop the call on the loop too
             future.cancel()
             raise
+        finally:
+            with self._loop_lock:
+                self._inflight.discard(future)
 
     def _event_loop(self, coro: Coroutine[Any, Any, Any]) -> asyncio.AbstractEventLoop:
         with self._loop_lock:
