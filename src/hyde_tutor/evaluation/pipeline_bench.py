@@ -17,7 +17,6 @@ import numpy as np
 from .bench import timed
 from ..config import Settings
 from ..corpus.documents import Document
-from ..retrieval.embedders import make_dense_embedder
 from ..hyde.fusion import reciprocal_rank_fusion
 from ..hyde import HydeRetriever
 from ..hyde.hypotheses import HypothesisGenerator
@@ -25,7 +24,6 @@ from ..hyde.cache import NoCache
 from ..corpus.ingest import ingest_documents
 from ..retrieval.retriever import Retriever
 from ..llm.simulated import simulated_hypothesis, simulated_model
-from ..retrieval.sparse import Bm25Encoder
 from ..retrieval.store import EdgeStore
 
 COLLECTION = "bench_pipeline"
@@ -38,9 +36,7 @@ def run_pipeline_bench(settings: Settings, docs: Sequence[Document], latency_ms:
     model = simulated_model(latency_ms)
     hyde_settings = settings.hyde.model_copy(update={"cache": "off", "timeout_s": max(30.0, latency_ms / 100)})
     with tempfile.TemporaryDirectory(prefix="hyde-bench-") as workdir:
-        retriever = Retriever(EdgeStore(Path(workdir) / "edge", settings.index), make_dense_embedder(settings),
-                              Bm25Encoder(k1=settings.sparse.k1, b=settings.sparse.b), settings.retrieval,
-                              settings.dense.batch_size)
+        retriever = Retriever.from_settings(settings, store=EdgeStore(Path(workdir) / "edge", settings.index))
         factory = lambda domain: HypothesisGenerator(model, "simulated", domain, cache=NoCache(),  # noqa: E731
                                                      hyde=hyde_settings, llm=settings.llm)
         with HydeRetriever(retriever, factory, hyde_settings) as hr:

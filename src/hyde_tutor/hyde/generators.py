@@ -33,9 +33,8 @@ class GeneratorPool:
     :class:`~hyde_tutor.llm.LLMUnavailableError` instead of trying again.
     """
 
-    def __init__(self, factory: GeneratorFactory, timeout_s: float) -> None:
+    def __init__(self, factory: GeneratorFactory) -> None:
         self._factory = factory
-        self.timeout_s = timeout_s
         self._generators: dict[Domain, HypothesisGenerator] = {}
         self._build_lock = threading.Lock()
         self._inflight_lock = threading.Lock()
@@ -74,9 +73,8 @@ class GeneratorPool:
                 self._run_closers()
             return self._generators[domain]
 
-    async def generate(self, domain: Domain, text: str, n: int, timeout_s: float | None = None) -> GenerationResult:
-        """Start the backend if needed and write ``n`` hypotheses, all within ``timeout_s`` (default: the
-        pool's); a slow start,
+    async def generate(self, domain: Domain, text: str, n: int, timeout_s: float) -> GenerationResult:
+        """Start the backend if needed and write ``n`` hypotheses, all within ``timeout_s``; a slow start,
         a hung call or a failing backend comes back as a :class:`GenerationResult` with the reason."""
         started = time.perf_counter()
         try:
@@ -85,7 +83,7 @@ class GeneratorPool:
                     generator = self._generators[domain]
                 else:
                     build = asyncio.wrap_future(self._build_in_background(domain))
-                    generator = await asyncio.wait_for(asyncio.shield(build), timeout_s or self.timeout_s)
+                    generator = await asyncio.wait_for(asyncio.shield(build), timeout_s)
                 return await generator.generate(text, n)  # each call bounded by timeout_s; partial results kept
         except (asyncio.TimeoutError, TimeoutError):
             return GenerationResult(timeouts=1, seconds=time.perf_counter() - started)

@@ -7,7 +7,6 @@ teaching text). It may be factually wrong; only its shape and vocabulary matter.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sqlite3
 import time
 from dataclasses import dataclass, field
@@ -164,9 +163,10 @@ class HypothesisGenerator:
             seen.add(fingerprint)
             result.hypotheses.append(Hypothesis(text, perspective, cached))
 
-    def _gate(self) -> Any:
+    def _gate(self) -> asyncio.Semaphore | None:
+        """This event loop's semaphore for a single-slot backend; None when calls need no gate."""
         if not self.max_concurrency:
-            return contextlib.nullcontext()
+            return None
         loop_id = id(asyncio.get_running_loop())
         if loop_id not in self._gates:
             self._gates[loop_id] = asyncio.Semaphore(self.max_concurrency)

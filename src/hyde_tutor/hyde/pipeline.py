@@ -85,7 +85,7 @@ class HydeRetriever:
         self.policy = HydePolicy.resolve(self.settings, weak_model)
         self.reranker = reranker
         self.domains: dict[str, Domain] = dict(self.settings.domains if domains is None else domains)
-        self.generators = GeneratorPool(generator_factory, self.settings.timeout_s)
+        self.generators = GeneratorPool(generator_factory)
 
     @property
     def weights(self) -> stages.Weights:

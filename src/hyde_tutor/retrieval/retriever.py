@@ -58,10 +58,12 @@ class Retriever:
         self._checked: dict[str, CollectionSpec] = {}
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Retriever:
+    def from_settings(cls, settings: Settings, store: VectorStore | None = None) -> Retriever:
+        """The retriever the settings describe; ``store`` replaces the configured one (a benchmark's
+        temporary store, for instance)."""
         sparse = Bm25Encoder(k1=settings.sparse.k1, b=settings.sparse.b)
         schemas = {name: CollectionSchema.from_settings(name, s) for name, s in settings.schemas.items()}
-        return cls(open_store(settings), make_dense_embedder(settings), sparse, settings.retrieval, settings.dense.batch_size,
+        return cls(store or open_store(settings), make_dense_embedder(settings), sparse, settings.retrieval, settings.dense.batch_size,
                    schemas=schemas, fastembed_dir=settings.data_dir / "fastembed")
 
     def sparse_for(self, collection: str | None) -> Any:

@@ -95,11 +95,8 @@ class PydanticAIEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         texts = list(texts)
-        if self._call_lock is None:
+        with self._call_lock or contextlib.nullcontext():
             result = self._run(self.embedder.embed_documents(texts, settings=self._settings))
-        else:
-            with self._call_lock:
-                result = self._run(self.embedder.embed_documents(texts, settings=self._settings))
         try:
             vectors = np.asarray(result.embeddings, dtype=np.float32)
         except (TypeError, ValueError) as exc:  # ragged rows, non-numbers
