@@ -88,5 +88,5 @@ eval-hyde: ingest
 # real pipeline. The policy table (raw, the old API default, max, mean, hypotheses alone, the default) per set,
 # query group and even/odd half; then the CLI eval of the hold-out set with the replay provider.
 eval-recorded: install
-	$(PY) scripts/tune_policy.py --policies report --per-query
+	$(PY) scripts/tune_policy.py --policies report --per-query --json docs/recorded/cost_policies.json
 	HYDE_LLM__PROVIDER=replay $(CLI) eval --collection grammar --dataset data/eval/grammar_holdout --arms raw,hyde

@@ -5,6 +5,13 @@ The writer (a capable LLM given only the prompt files and the questions) saves o
 domain, the honest model label, the prompt refs and the hash of the rendered request, and the time.
 
     python scripts/standin_to_recordings.py --domain grammar --out data/recordings/grammar_eval.jsonl A.jsonl B.jsonl
+
+One-call answers (``--one-call``: the writer got the rendered one-call request per line and saved
+{"id", "n", "text"}; ``--queries`` maps ids back to the question text) become ``hypotheses`` records
+whose perspective names the first N perspectives (``rule+example``):
+
+    python scripts/standin_to_recordings.py --domain grammar --one-call --queries data/eval/grammar/queries.jsonl \
+        --out data/recordings/grammar_eval.one_call.jsonl answers.jsonl
 """
 
 from __future__ import annotations
@@ -16,7 +23,8 @@ from pathlib import Path
 from hyde_tutor.hyde.hypotheses import DOMAINS
 from hyde_tutor.llm.prompts import load_prompt, parse_perspectives
 from hyde_tutor.llm.recorder import RecordingWriter
-from hyde_tutor.llm.recordings import Recording, render_hypothesis_request, request_sha256, utc_now
+from hyde_tutor.llm.recordings import (Recording, render_hypothesis_request, render_multi_request, request_sha256,
+                                      utc_now)
 
 MODEL_LABEL = "frontier-llm-stand-in"
 
@@ -25,9 +33,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--domain", required=True, choices=sorted(DOMAINS))
     ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--one-call", action="store_true", help="answers to the one-call request: {id, n, text}")
+    ap.add_argument("--queries", type=Path, help="with --one-call: the BEIR queries.jsonl the ids come from")
     ap.add_argument("answers", nargs="+", type=Path)
     args = ap.parse_args()
     profile = DOMAINS[args.domain]
+    if args.one_call:
+        one_call(args, profile)
+        return
     system, request, persp = (load_prompt(profile.prompt), load_prompt(profile.request), load_prompt(profile.perspectives))
     instructions = {p.name: p.instruction for p in parse_perspectives(persp.text)}
     refs = (system.ref, request.ref, persp.ref)
@@ -42,6 +55,30 @@ def main() -> None:
             user = render_hypothesis_request(request, query, instructions[row["perspective"]])
             rec = Recording(kind="hypothesis", domain=args.domain, query=query, perspective=row["perspective"],
                             text=row["text"], model=MODEL_LABEL, prompt_refs=refs,
+                            prompt_sha256=request_sha256(system.text, user), created=utc_now())
+            if not writer.has(rec.key):
+                writer.append(rec)
+                added += 1
+    print(f"{args.out}: {added} records added")
+
+
+def one_call(args: argparse.Namespace, profile: object) -> None:
+    system, request, persp = (load_prompt(profile.prompt), load_prompt(profile.multi_request),  # type: ignore[attr-defined]
+                              load_prompt(profile.perspectives))  # type: ignore[attr-defined]
+    perspectives = parse_perspectives(persp.text)
+    texts = {json.loads(l)["_id"]: json.loads(l)["text"] for l in args.queries.read_text(encoding="utf-8").splitlines()
+             if l.strip()}
+    writer = RecordingWriter(args.out)
+    added = 0
+    for path in args.answers:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            query, chosen = texts[row["id"]].strip(), perspectives[: int(row["n"])]
+            user = render_multi_request(request, query, [p.instruction for p in chosen])
+            rec = Recording(kind="hypotheses", domain=args.domain, query=query, perspective="+".join(p.name for p in chosen),
+                            text=row["text"], model=MODEL_LABEL, prompt_refs=(system.ref, request.ref, persp.ref),
                             prompt_sha256=request_sha256(system.text, user), created=utc_now())
             if not writer.has(rec.key):
                 writer.append(rec)

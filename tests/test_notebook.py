@@ -175,3 +175,7 @@ def test_notebook_scores_recorded_capable_model_hypotheses_with_replay(isolated_
     assert scores["current"]["fallback_rate"] == 0.0  # every hold-out query was recorded, 4 perspectives
     assert scores["strict"]["fallback_rate"] == 1.0  # the variant prompt was not: not_recorded, plain results
     assert scores["current"]["ndcg@10"] > scores["raw"]["ndcg@10"]
+    # quality against cost: the current prompt's searches made LLM calls and spent counted tokens, raw none
+    assert scores["current"]["llm_calls"] >= 1 and scores["current"]["tokens"] > 0
+    assert scores["raw"]["llm_calls"] == 0
+    assert (out_dir / "quality_vs_cost.png").read_bytes()[:8] == PNG_MAGIC

@@ -146,14 +146,13 @@ class HydeSettings(BaseModel):
         "capable model (API, compatible server, replay), off with the embedded local model (slow, no gain).",
     )
     n_hypotheses: int | None = Field(
-        None, ge=1, le=8, description="Hypotheses per query, each from another perspective; unset = 1 with the "
-        "embedded local model (each costs 10-19 s of CPU and more of them hurt in our eval), 3 with API models.",
+        None, ge=1, le=8, description="Hypotheses per query, each from another perspective; unset = the policy's "
+        "(HydePolicy: 1, for capable and embedded models alike; chosen for quality per LLM call).",
     )
     hypothesis_length: int = Field(512, ge=32, le=8192, description="Characters per hypothesis after normalisation.")
     exact_length: bool = Field(False, description="Pad hypotheses to exactly hypothesis_length.")
     fusion: Literal["rrf", "max", "mean", "score"] | None = Field(
-        None, description="How raw and hypothesis channels are fused; unset = score with the embedded local model, "
-        "rrf with API models.",
+        None, description="How raw and hypothesis channels are fused; unset = the policy's (score).",
     )
     rrf_k: int | None = Field(None, ge=1, description="RRF k across channels; unset = the policy's.")
     raw_weight: float | None = Field(
@@ -161,8 +160,8 @@ class HydeSettings(BaseModel):
     legs: Literal["both", "dense", "sparse"] | None = Field(
         None, description="Which hybrid legs a hypothesis searches with (the query keeps the other); unset = both.")
     hypothesis_weight: float | None = Field(
-        None, ge=0, description="Weight of the hypothesis channels (each gets weight/N in score fusion); "
-        "unset = 0.5 with the embedded local model, 1.0 with API models.",
+        None, ge=0, description="Weight of the hypothesis channels (each gets weight/N in score fusion); unset = the "
+        "policy's: 3 for the Korean corpora and 1 for other collections with capable models, 0.5 embedded.",
     )
     min_agreement: int | None = Field(
         None, ge=0, le=10, description="Use a hypothesis only when at least this many of its top 10 are also in "
@@ -172,6 +171,18 @@ class HydeSettings(BaseModel):
         0, ge=0, le=100, description="Keep the raw query's top N on top of fused HyDE results (0 = off).",
     )
     timeout_s: float = Field(60.0, gt=0, description="Per-call timeout of hypothesis generation.")
+    generation: Literal["separate", "one_call"] | None = Field(
+        None, description="separate = one LLM call per hypothesis (concurrent); one_call = ONE call returns all N "
+        "(the system prompt sent once); unset = the policy's.",
+    )
+    cascade_margin: float | None = Field(
+        None, ge=0, le=1, description="Cascade: skip generation when the raw search is sure, i.e. its top-1 score "
+        "leads the second by at least this share of the top-1 score (0 = always generate); unset = the policy's.",
+    )
+    agent_hypothesis: Literal["replace", "add"] = Field(
+        "replace", description="A hypothesis the calling agent wrote in its tool call: replace = no generation "
+        "call; add = generated hypotheses are searched too.",
+    )
     min_hangul_chars: int | None = Field(
         None, ge=0, description="Drop hypotheses with fewer Hangul characters (0 = off); unset = the collection's "
         "domain decides: 4 for grammar and docs (Korean corpora), 0 for passage.",

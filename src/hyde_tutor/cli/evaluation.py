@@ -58,13 +58,20 @@ def evaluate(
     finally:
         hr.close()
     fallbacks = {a: arm.fallbacks() for a, arm in hyde_arms.items()}
+    zero = {"llm_calls": 0.0, "tokens_in": 0.0, "tokens_out": 0.0, "skipped": 0.0, "counted": "none"}
+    costs = {a: hyde_arms[a].cost() if a in hyde_arms else zero for a in names}
     if plot is not None:
         _plot(results, plot, dataset, data)
     if as_json:
-        typer.echo(json.dumps({**report_json(results, len(data.queries)), "fallbacks": fallbacks}, ensure_ascii=False))
+        typer.echo(json.dumps({**report_json(results, len(data.queries)), "fallbacks": fallbacks, "cost": costs},
+                              ensure_ascii=False))
         return
     typer.echo(f"{dataset} -> collection {collection!r}, {len(data.queries)} queries")
     typer.echo(report_table(results, dict(Counter(q.group for q in data.queries))))
+    typer.echo("cost per search: " + "; ".join(
+        f"{a} {c['llm_calls']:.2f} LLM calls, {c['tokens_in']:.0f} in + {c['tokens_out']:.0f} out tokens"
+        + (f", {100 * c['skipped']:.0f} % skipped by the cascade" if c["skipped"] else "")
+        + (f" ({c['counted']})" if c["counted"] != "none" else "") for a, c in costs.items()))
     for a, reasons in fallbacks.items():
         typer.echo(f"{a}: fallbacks {reasons or 'none'}")
 

@@ -32,6 +32,12 @@ class ArmRow:
     """Share of retrievals whose caller asked for the other treatment than this arm's (``requested_hyde``)."""
     override_rate: float = 0.0
     """Share of retrievals where the caller's request won against the arm (``explicit_wins``)."""
+    llm_calls: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """LLM calls per retrieval: mean and its 95 % bootstrap interval."""
+    tokens: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """LLM tokens (input + output) per retrieval: mean and its 95 % bootstrap interval."""
+    skipped_rate: float = 0.0
+    """Share of retrievals where the cascade made no LLM call (``skipped: confident``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +79,19 @@ def arm_rows(records: Sequence[dict[str, Any]], by: Grouping = "assigned") -> li
             sum(1 for r in recs if r.get("use_hyde") and r.get("fallback_reason")) / len(recs),
             float(np.mean([r.get("results", 0) for r in recs])), float(np.mean(tops)) if tops else float("nan"),
             sum(map(_asked_otherwise, recs)) / len(recs), sum(1 for r in recs if r.get("overridden")) / len(recs),
+            bootstrap_mean([float(r.get("llm_calls", 0)) for r in recs]),
+            bootstrap_mean([float(r.get("tokens_in", 0)) + float(r.get("tokens_out", 0)) for r in recs]),
+            sum(1 for r in recs if r.get("skipped")) / len(recs),
         ))
     return rows
+
+
+def bootstrap_mean(values: Sequence[float], n: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Mean of ``values`` with a 95 % percentile-bootstrap interval."""
+    x = np.asarray(values, dtype=float)
+    means = np.random.default_rng(seed).choice(x, (n, len(x))).mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(x.mean()), float(low), float(high)
 
 
 def bootstrap_diff(a: Sequence[float], b: Sequence[float], n: int = 2000, seed: int = 0) -> tuple[float, float, float]:
@@ -112,6 +129,9 @@ def format_report(rows: Sequence[ArmRow], diffs: Sequence[Difference], title: st
         lines.append(f"{r.arm:<12}{r.count:>7}{r.p50_ms:>10.1f}{r.p95_ms:>10.1f}{r.mean_ms:>10.1f}"
                      f"{r.fallback_rate:>10.1%}{r.mean_results:>9.2f}{r.mean_top_score:>11.4f}"
                      f"{r.asked_otherwise_rate:>13.1%}{r.override_rate:>12.1%}")
+    lines += ["", "cost per retrieval (mean, 95% bootstrap CI): LLM calls | tokens in+out | skipped by the cascade"]
+    lines += [f"  {r.arm:<12}{r.llm_calls[0]:>6.2f} [{r.llm_calls[1]:.2f}, {r.llm_calls[2]:.2f}] | "
+              f"{r.tokens[0]:>7.0f} [{r.tokens[1]:.0f}, {r.tokens[2]:.0f}] | {r.skipped_rate:.1%}" for r in rows]
     if diffs:
         lines += ["", "hyde - raw (mean difference, 95% bootstrap CI, 2000 resamples):"]
         lines += [f"  {d.metric:<10} {d.hyde_minus_raw:+.4f}  [{d.ci_low:+.4f}, {d.ci_high:+.4f}]" for d in diffs]

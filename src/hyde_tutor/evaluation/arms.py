@@ -7,6 +7,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..hyde import FusionMode, HydeRetriever
 from ..retrieval.retriever import Retriever, SearchMode
@@ -59,6 +60,8 @@ class HydeArm:
                  fusion: FusionMode | None) -> None:
         self.hr, self.collection, self.k, self.arm, self.n, self.fusion = hr, collection, k, arm, n, fusion
         self.reasons: dict[str, list[str]] = {}
+        self.costs: dict[str, tuple[int, int, int, bool, str]] = {}
+        """Per query text: (LLM calls, input tokens, output tokens, skipped by the cascade, usage source)."""
         self._loop = asyncio.new_event_loop()
 
     def __call__(self, texts: Sequence[str]) -> list[list[str]]:
@@ -68,9 +71,21 @@ class HydeArm:
             fusion=self.fusion, include_raw=arm.include_raw, use_questions=arm.use_questions,
         ))
         for text, res in zip(texts, results, strict=True):
+            u = res.usage
+            self.costs[text] = (u.requests, u.input_tokens, u.output_tokens, res.skipped is not None, u.source)
             self.reasons[text] = (["no_questions_index"] if arm.use_questions and not res.used_questions else []) + (
                 [res.fallback_reason] if res.fallback_reason and arm.use_hyde else [])
         return [[d.id for d in res.results] for res in results]
+
+    def cost(self) -> dict[str, Any]:
+        """Per search, over distinct queries: LLM calls, input and output tokens, the share the cascade skipped,
+        and how the tokens were counted."""
+        rows = list(self.costs.values())
+        n = max(1, len(rows))
+        sources = sorted({s for row in rows for s in row[4].split("+") if s})
+        return {"llm_calls": sum(r[0] for r in rows) / n, "tokens_in": sum(r[1] for r in rows) / n,
+                "tokens_out": sum(r[2] for r in rows) / n, "skipped": sum(r[3] for r in rows) / n,
+                "counted": "+".join(sources) or "none"}
 
     def fallbacks(self) -> dict[str, int]:
         """How often each fallback reason occurred, over distinct queries."""

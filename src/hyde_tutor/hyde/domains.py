@@ -25,17 +25,20 @@ class DomainProfile:
     """User message template with ``{query}`` and ``{perspective}``."""
     perspectives: str
     """Perspectives file: one ``## name`` section each; N hypotheses use the first N."""
+    multi_request: str
+    """User message template asking ONE call for N hypotheses (``{query}``, ``{n}``, ``{perspectives}``)."""
     min_hangul_chars: int
     """Drop a hypothesis with fewer Hangul characters (``HYDE_HYDE__MIN_HANGUL_CHARS`` overrides)."""
 
 
 DOMAINS: dict[str, DomainProfile] = {
     "grammar": DomainProfile(name="grammar", prompt="hypothesis_grammar", request="hypothesis_request",
-                             perspectives="perspectives", min_hangul_chars=4),
+                             perspectives="perspectives", multi_request="hypothesis_multi_request", min_hangul_chars=4),
     "docs": DomainProfile(name="docs", prompt="hypothesis_docs", request="hypothesis_request",
-                          perspectives="perspectives", min_hangul_chars=4),
+                          perspectives="perspectives", multi_request="hypothesis_multi_request", min_hangul_chars=4),
     "passage": DomainProfile(name="passage", prompt="hypothesis_passage", request="hypothesis_passage_request",
-                             perspectives="perspectives_passage", min_hangul_chars=0),
+                             perspectives="perspectives_passage", multi_request="hypothesis_passage_multi_request",
+                             min_hangul_chars=0),
 }
 PROMPT_NAMES: dict[str, str] = {name: d.prompt for name, d in DOMAINS.items()}
 HANGUL = re.compile("[가-힣]")
@@ -78,3 +81,57 @@ def strip_prompt_echo(text: str, prompt_texts: Sequence[str], min_words: int = 3
         else:
             kept.append(segment)
     return (" ".join(kept) if dropped else text), dropped
+
+
+_SECTION = re.compile(r"^[ \t]*#{2,4}[ \t]*(\d{1,2})\b[^\n]*$", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Sections:
+    """A one-call reply split into its hypotheses: ``texts[i]`` answers perspective ``i`` (None: missing)."""
+
+    texts: tuple[str | None, ...]
+    extra: int = 0
+    """Sections beyond the N asked for (dropped)."""
+
+    @property
+    def missing(self) -> int:
+        return sum(1 for t in self.texts if not t)
+
+
+def split_sections(reply: str, n: int) -> Sections:
+    """Split a reply to the one-call request (``### 1`` ... ``### N`` headers) into N texts.
+
+    Robust to what models do: a header's number places its section (a repeated or out-of-range number
+    takes the next free slot, a section past N is counted in ``extra`` and dropped); a reply with no
+    headers at all is one hypothesis (it is still answer-shaped); text before the first header is dropped.
+    """
+    marks = list(_SECTION.finditer(reply))
+    if not marks:
+        body = reply.strip()
+        return Sections(tuple([body or None] + [None] * (n - 1)))
+    slots: list[str | None] = [None] * n
+    extra = 0
+    for i, mark in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(reply)
+        body = reply[mark.end():end].strip()
+        if not body:
+            continue
+        wanted = int(mark.group(1)) - 1
+        slot = wanted if 0 <= wanted < n and slots[wanted] is None else next(
+            (j for j, t in enumerate(slots) if t is None), None)
+        if slot is None:
+            extra += 1
+        else:
+            slots[slot] = body
+    return Sections(tuple(slots), extra)
+
+
+def echoes_query(text: str, query: str, min_overlap: float = 0.8) -> bool:
+    """Whether ``text`` is the query said again: at least ``min_overlap`` of its words are the query's
+    (an agent that copies the question into the hypothesis adds nothing a raw search lacks)."""
+    words = _flat(text).split()
+    if not words:
+        return False
+    asked = set(_flat(query).split())
+    return sum(1 for w in words if w in asked) / len(words) >= min_overlap

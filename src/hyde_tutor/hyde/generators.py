@@ -73,9 +73,11 @@ class GeneratorPool:
                 self._run_closers()
             return self._generators[domain]
 
-    async def generate(self, domain: Domain, text: str, n: int, timeout_s: float) -> GenerationResult:
-        """Start the backend if needed and write ``n`` hypotheses, all within ``timeout_s``; a slow start,
-        a hung call or a failing backend comes back as a :class:`GenerationResult` with the reason."""
+    async def generate(self, domain: Domain, text: str, n: int, timeout_s: float, *,
+                       one_call: bool = False) -> GenerationResult:
+        """Start the backend if needed and write ``n`` hypotheses (``one_call``: in one LLM call), the start
+        and each call within ``timeout_s`` (read per search); a slow start, a hung call or a failing
+        backend comes back as a :class:`GenerationResult` with the reason."""
         started = time.perf_counter()
         try:
             with logfire.span("hyde.generate", n=n):
@@ -84,7 +86,8 @@ class GeneratorPool:
                 else:
                     build = asyncio.wrap_future(self._build_in_background(domain))
                     generator = await asyncio.wait_for(asyncio.shield(build), timeout_s)
-                return await generator.generate(text, n)  # each call bounded by timeout_s; partial results kept
+                # each call bounded by timeout_s; partial results kept
+                return await generator.generate(text, n, timeout_s, one_call=one_call)
         except (asyncio.TimeoutError, TimeoutError):
             return GenerationResult(timeouts=1, seconds=time.perf_counter() - started)
         except Exception as exc:  # noqa: BLE001 - e.g. the LLM backend could not start

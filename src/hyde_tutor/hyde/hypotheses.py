@@ -10,16 +10,18 @@ import asyncio
 import sqlite3
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..config import HydeSettings, LLMSettings
 from ..errors import HydeTutorError
 from .cache import HypothesisCache, MemoryCache, cache_key
-from .domains import DOMAINS, HANGUL, Domain, normalise_length, strip_prompt_echo
+from .domains import (DOMAINS, HANGUL, Domain, DomainProfile, echoes_query, normalise_length, split_sections,
+                      strip_prompt_echo)
 from ..llm.generation import Generation, TokenUsage, generate_text, text_agent
 from ..llm.backends import LLMBackend
 from ..llm.prompts import Perspective, Prompt, load_prompt, parse_perspectives
-from ..llm.recordings import render_hypothesis_request, request_sha256
+from ..llm.recordings import render_hypothesis_request, render_multi_request, request_sha256
+from ..llm.tokens import TokenCounter
 
 MAX_HYPOTHESES = 8
 DEFAULT_HYPOTHESES = 4  # chosen on recorded capable-model hypotheses (see HydePolicy)
@@ -27,11 +29,16 @@ DEFAULT_HYPOTHESES = 4  # chosen on recorded capable-model hypotheses (see HydeP
 
 # -- results --------------------------------------------------------------------------------------
 
+HypothesisSource = Literal["llm", "agent"]
+
+
 @dataclass(frozen=True, slots=True)
 class Hypothesis:
     text: str
     perspective: str
     cached: bool = False
+    source: HypothesisSource = "llm"
+    """``llm``: written by the hypothesis generator; ``agent``: by the calling agent in its tool call."""
 
 
 @dataclass(slots=True)
@@ -46,6 +53,10 @@ class GenerationResult:
     duplicates: int = 0
     rejected: int = 0
     echoed_segments: int = 0
+    missing: int = 0
+    """One-call mode: perspectives the reply had no section for."""
+    extra: int = 0
+    """One-call mode: sections beyond the N asked for (dropped)."""
     usage: TokenUsage = field(default_factory=TokenUsage)
     seconds: float = 0.0
 
@@ -61,6 +72,41 @@ class GenerationResult:
         if self.not_recorded:
             return "not_recorded"
         return "empty_hypotheses"
+
+
+# -- the guard every hypothesis passes ---------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Shaped:
+    """A hypothesis after the guard: its normalised text, or why it was rejected."""
+
+    text: str
+    rejected: str | None = None
+    """``empty``, ``no_korean`` (a Korean domain's passage always carries Korean) or ``echo`` (the query again)."""
+    echoed: int = 0
+    """Segments removed because they copied the prompt."""
+
+
+def min_hangul(profile: DomainProfile, hyde: HydeSettings) -> int:
+    return profile.min_hangul_chars if hyde.min_hangul_chars is None else hyde.min_hangul_chars
+
+
+def shape_hypothesis(text: str, profile: DomainProfile, hyde: HydeSettings, prompt_texts: tuple[str, ...] = (),
+                     query: str | None = None) -> Shaped:
+    """The guard and normalisation shared by generated and agent-written hypotheses: prompt echoes
+    removed, length normalised, then rejected when empty, without Korean in a Korean domain, or (with
+    ``query``) a near copy of the query."""
+    echoed = 0
+    if hyde.strip_prompt_echo and prompt_texts:
+        text, echoed = strip_prompt_echo(text, prompt_texts)
+    text = normalise_length(text, hyde.hypothesis_length, hyde.exact_length)
+    if not text.strip():
+        return Shaped(text, "empty", echoed)
+    if len(HANGUL.findall(text)) < min_hangul(profile, hyde):
+        return Shaped(text, "no_korean", echoed)
+    if query is not None and echoes_query(text, query):
+        return Shaped(text, "echo", echoed)
+    return Shaped(text, None, echoed)
 
 
 # -- generator ------------------------------------------------------------------------------------
@@ -83,6 +129,7 @@ class HypothesisGenerator:
         extra_settings: dict[str, Any] | None = None,
         max_concurrency: int | None = None,
         stream: bool = False,
+        counter: TokenCounter | None = None,
     ) -> None:
         if domain not in DOMAINS:
             raise HydeTutorError(f"Unknown HyDE domain {domain!r}; choose one of {', '.join(DOMAINS)}.")
@@ -95,13 +142,15 @@ class HypothesisGenerator:
         self.perspectives = perspectives or parse_perspectives(self.perspectives_prompt.text)
         self.cache = cache or MemoryCache()
         self.hyde = hyde or HydeSettings()
-        self.min_hangul_chars = (self.profile.min_hangul_chars if self.hyde.min_hangul_chars is None
-                                 else self.hyde.min_hangul_chars)
+        self.min_hangul_chars = min_hangul(self.profile, self.hyde)
         llm = llm or LLMSettings()
         # A single-slot backend (the embedded llama.cpp server) serves one request at a time: queue here,
         # so the timeout measures the model's work and not the wait in the server's queue.
         self.max_concurrency = max_concurrency
         self.stream = stream  # see generation.run_text: lets a timeout stop the embedded server's generation
+        self.counter = counter  # counts each call's tokens offline (replay, embedded server)
+        self.max_tokens = llm.max_tokens
+        self._multi_request: Prompt | None = None
         self._gates: dict[int, asyncio.Semaphore] = {}
         self.agent = text_agent(model, self.prompt.text, llm, llm.max_tokens, extra_settings)
 
@@ -111,7 +160,8 @@ class HypothesisGenerator:
         """A generator on ``backend`` with what that backend needs: its model settings (the token budget in
         the body), its concurrency gate (the single-slot embedded server) and streaming."""
         return cls(backend.model, backend.name, domain, cache=cache, hyde=hyde, llm=llm,
-                   extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency, stream=backend.stream)
+                   extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency, stream=backend.stream,
+                   counter=backend.token_counter)
 
     @property
     def prompt_ref(self) -> str:
@@ -127,10 +177,25 @@ class HypothesisGenerator:
         """The request template (``prompts/hypothesis_request.v<N>.md``) filled with query and perspective."""
         return render_hypothesis_request(self.request, query, perspective.instruction)
 
-    async def generate(self, query: str, n: int | None = None, timeout_s: float | None = None) -> GenerationResult:
-        """Generate up to ``n`` hypotheses concurrently; never raises for model failures."""
+    @property
+    def multi_request(self) -> Prompt:
+        """The one-call request template (``prompts/<profile.multi_request>.v<N>.md``), loaded on first use."""
+        if self._multi_request is None:
+            self._multi_request = load_prompt(self.profile.multi_request)
+        return self._multi_request
+
+    def multi_user_prompt(self, query: str, perspectives: list[Perspective]) -> str:
+        """The one-call user message: the query and the N perspectives as a numbered list."""
+        return render_multi_request(self.multi_request, query, [p.instruction for p in perspectives])
+
+    async def generate(self, query: str, n: int | None = None, timeout_s: float | None = None, *,
+                       one_call: bool = False) -> GenerationResult:
+        """Generate up to ``n`` hypotheses, concurrently (one call each) or, with ``one_call``, in ONE call
+        that returns all of them; never raises for model failures."""
         n = max(1, min(n or self.hyde.n_hypotheses or DEFAULT_HYPOTHESES, MAX_HYPOTHESES, len(self.perspectives)))
         timeout = timeout_s if timeout_s is not None else self.hyde.timeout_s
+        if one_call and n > 1:
+            return await self._generate_one_call(query, n, timeout)
         started = time.perf_counter()
         outcomes = await asyncio.gather(*(self._one(query, p, timeout) for p in self.perspectives[:n]))
         result = GenerationResult(seconds=time.perf_counter() - started)
@@ -147,21 +212,51 @@ class HypothesisGenerator:
                 self._keep(out.text or "", perspective.name, cached, result, seen)
         return result
 
+    async def _generate_one_call(self, query: str, n: int, timeout: float) -> GenerationResult:
+        """N hypotheses from ONE call: the system prompt is sent once and the reply holds N sections
+        (``### 1`` ...); a reply with fewer keeps what it has, one with more drops the surplus."""
+        started = time.perf_counter()
+        perspectives = self.perspectives[:n]
+        user = self.multi_user_prompt(query, perspectives)
+        names = "+".join(p.name for p in perspectives)
+        key = cache_key(self.model_name, request_sha256(self.prompt.text, user), query, names)
+        reply = await self._cache_get(key)
+        cached = reply is not None
+        out = Generation(reply) if cached else await generate_text(
+            self.agent, user, timeout_s=timeout, stream=self.stream, gate=self._gate(), counter=self.counter,
+            system=self.prompt.text, max_tokens=self.max_tokens * n)
+        result = GenerationResult(usage=out.usage)
+        if out.failure == "timeout":
+            result.timeouts += 1
+        elif out.failure == "not_recorded":
+            result.not_recorded += 1
+        elif out.failure == "llm_error":
+            result.errors.append(f"{names}: {out.error}")
+        elif out.text is not None:
+            if not cached and out.text.strip():
+                await self._cache_set(key, out.text)
+            sections = split_sections(out.text, n)
+            result.missing, result.extra = sections.missing, sections.extra
+            seen: set[str] = set()
+            for perspective, text in zip(perspectives, sections.texts, strict=True):
+                if text:
+                    self._keep(text, perspective.name, cached, result, seen)
+        result.seconds = time.perf_counter() - started
+        return result
+
     def _keep(self, text: str, perspective: str, cached: bool, result: GenerationResult, seen: set[str]) -> None:
-        if self.hyde.strip_prompt_echo:
-            text, dropped = strip_prompt_echo(text, (self.prompt.text, self.request.text))
-            result.echoed_segments += dropped
-        text = normalise_length(text, self.hyde.hypothesis_length, self.hyde.exact_length)
-        fingerprint = " ".join(text.lower().split())
-        if not fingerprint:
+        shaped = shape_hypothesis(text, self.profile, self.hyde, (self.prompt.text, self.request.text))
+        result.echoed_segments += shaped.echoed
+        fingerprint = " ".join(shaped.text.lower().split())
+        if shaped.rejected == "empty":
             result.empty += 1
-        elif len(HANGUL.findall(text)) < self.min_hangul_chars:
+        elif shaped.rejected is not None:
             result.rejected += 1  # wrong shape: a corpus passage always carries Korean examples
         elif fingerprint in seen:
             result.duplicates += 1
         else:
             seen.add(fingerprint)
-            result.hypotheses.append(Hypothesis(text, perspective, cached))
+            result.hypotheses.append(Hypothesis(shaped.text, perspective, cached))
 
     def _gate(self) -> asyncio.Semaphore | None:
         """This event loop's semaphore for a single-slot backend; None when calls need no gate."""
@@ -198,7 +293,8 @@ class HypothesisGenerator:
         cached = await self._cache_get(key)
         if cached is not None:
             return Generation(cached), True
-        out = await generate_text(self.agent, user, timeout_s=timeout, stream=self.stream, gate=self._gate())
+        out = await generate_text(self.agent, user, timeout_s=timeout, stream=self.stream, gate=self._gate(),
+                                  counter=self.counter, system=self.prompt.text)
         if out.text and out.text.strip():
             await self._cache_set(key, out.text)
         return out, False

@@ -19,7 +19,10 @@ from typing import Any
 
 from ..config import HydeSettings, QuestionSettings, Settings
 from ..errors import CollectionNotFoundError
-from .hypotheses import Domain, GenerationResult, HypothesisGenerator
+from .domains import DOMAINS
+from .hypotheses import Domain, GenerationResult, Hypothesis, HypothesisGenerator, shape_hypothesis
+from ..llm.generation import TokenUsage
+from .request import SearchRequest
 from .cache import make_cache
 from ..telemetry import logfire
 from ..corpus.rendering import payload_text
@@ -37,9 +40,9 @@ _log = logging.getLogger("hyde_tutor")
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What one search will do, decided before anything runs."""
+    """What one search will do, decided before anything runs (the request with every default filled in)."""
 
-    collection: str
+    request: SearchRequest
     text: str
     top_k: int
     depth: int
@@ -48,9 +51,35 @@ class Plan:
     use_hyde: bool
     n_hypotheses: int
     domain: Domain
-    include_raw: bool
     want_questions: bool
     has_questions: bool
+    policy: HydePolicy
+
+    @property
+    def collection(self) -> str:
+        return self.request.collection
+
+    @property
+    def include_raw(self) -> bool:
+        return self.request.include_raw
+
+    @property
+    def one_call(self) -> bool:
+        return (self.request.generation or self.policy.generation) == "one_call"
+
+    @property
+    def cascade_margin(self) -> float:
+        return self.policy.cascade_margin if self.request.cascade_margin is None else self.request.cascade_margin
+
+
+@dataclass(frozen=True, slots=True)
+class Hypotheses:
+    """What the search has to search with: generated (or agent-written) hypotheses, or none and why."""
+
+    generated: GenerationResult | None
+    skipped: str | None = None
+    """``confident``: the cascade skipped generation because the raw ranking was sure."""
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +111,20 @@ class HydeRetriever:
         self.retriever = retriever
         self.settings = settings or HydeSettings()
         self.questions = questions or QuestionSettings()
-        self.policy = HydePolicy.resolve(self.settings, weak_model)
+        self.weak_model = weak_model
         self.reranker = reranker
         self.domains: dict[str, Domain] = dict(self.settings.domains if domains is None else domains)
         self.generators = GeneratorPool(generator_factory)
+
+    @property
+    def policy(self) -> HydePolicy:
+        """The policy in force for the default domain, resolved from the settings on every read (a changed
+        setting applies to the next search)."""
+        return self.policy_for(None)
+
+    def policy_for(self, domain: Domain | None) -> HydePolicy:
+        """The policy in force for a hypothesis domain (the defaults differ per domain for capable models)."""
+        return HydePolicy.resolve(self.settings, self.weak_model, domain)
 
     @property
     def weights(self) -> stages.Weights:
@@ -138,114 +177,136 @@ class HydeRetriever:
         block for seconds; see :class:`GeneratorPool`)."""
         return self.generators.get(self.domain_of(collection, domain))
 
-    def _fuse(self, channels: Mapping[str, list[Hit]], fusion: FusionMode) -> list[RetrievedDoc]:
-        return stages.fuse(channels, fusion, self.weights)
-
-    async def search(
-        self,
-        collection: str,
-        query: Any,
-        *,
-        top_k: int | None = None,
-        use_hyde: bool | None = None,
-        n_hypotheses: int | None = None,
-        fusion: FusionMode | None = None,
-        include_raw: bool = True,
-        rerank_candidates: int | None = None,
-        use_questions: bool | None = None,
-        domain: Domain | None = None,
-    ) -> HydeResult:
+    async def search(self, collection: str, query: Any, **options: Any) -> HydeResult:
         """Run the pipeline for one query. Raises only for bad input or a failing store, never for HyDE.
 
-        ``rerank_candidates`` overrides how many fused results the reranker (if configured) scores.
-        ``use_questions`` adds the write-time questions channel (``ingest --questions K``); a collection
-        without questions simply skips it (noted in ``errors``). ``domain`` picks the hypothesis domain
-        (the tools pass ``grammar`` / ``docs``); unset, the collection's (:meth:`domain_of`).
+        ``options`` are the fields of :class:`SearchRequest` (``top_k``, ``use_hyde``, ``n_hypotheses``,
+        ``fusion``, ``include_raw``, ``rerank_candidates``, ``use_questions``, ``domain``,
+        ``agent_hypothesis``, ``generation``, ``cascade_margin``); unset ones come from the policy.
         """
-        with logfire.span("hyde.search {collection}", collection=collection) as span:
+        return await self.execute(SearchRequest(collection=collection, text=query, **options))
+
+    def search_sync(self, collection: str, query: Any, **options: Any) -> HydeResult:
+        """:meth:`search` for code without an event loop (a script, a notebook cell that is not async)."""
+        return asyncio.run(self.search(collection, query, **options))
+
+    async def execute(self, request: SearchRequest) -> HydeResult:
+        """Run the pipeline for one :class:`SearchRequest` (see :meth:`search`)."""
+        with logfire.span("hyde.search {collection}", collection=request.collection) as span:
             started = time.perf_counter()
-            plan = await self._plan(collection, query, top_k, use_hyde, n_hypotheses, fusion, include_raw,
-                                    rerank_candidates, use_questions, domain)
+            plan = await self._plan(request)
             result = await self._run(plan, started)
             span.set_attributes({"used_hyde": result.used_hyde, "fallback_reason": result.fallback_reason or "",
                                  "n_hypotheses": len(result.hypotheses), "results": len(result.results),
-                                 "used_questions": result.used_questions})
+                                 "used_questions": result.used_questions, "skipped": result.skipped or "",
+                                 "llm_calls": result.usage.requests})
             return result
 
     async def search_many(self, collection: str, texts: Sequence[str], *, concurrency: int = 4,
-                          **kwargs: Any) -> list[HydeResult]:
+                          **options: Any) -> list[HydeResult]:
         """:meth:`search` for each text, ``concurrency`` at a time; results in the order of ``texts``."""
         gate = asyncio.Semaphore(concurrency)
 
         async def one(text: str) -> HydeResult:
             async with gate:
-                return await self.search(collection, text, **kwargs)
+                return await self.search(collection, text, **options)
 
         return list(await asyncio.gather(*(one(t) for t in texts)))
 
-    async def _plan(
-        self, collection: str, query: Any, top_k: int | None, use_hyde: bool | None, n_hypotheses: int | None,
-        fusion: FusionMode | None, include_raw: bool, rerank_candidates: int | None, use_questions: bool | None,
-        domain: Domain | None,
-    ) -> Plan:
-        text = validate_query(query, self.retriever.settings.max_query_chars)
-        top_k = validate_top_k(top_k if top_k is not None else self.retriever.settings.top_k)
-        fusion = fusion or self.policy.fusion
+    async def _plan(self, request: SearchRequest) -> Plan:
+        text = validate_query(request.text, self.retriever.settings.max_query_chars)
+        top_k = validate_top_k(request.top_k if request.top_k is not None else self.retriever.settings.top_k)
+        collection = request.collection
+        domain = self.domain_of(collection, request.domain)
+        policy = self.policy_for(domain)
+        fusion = request.fusion or policy.fusion
         if not self.retriever.is_checked(collection):  # the first time reads the collection's files: off the loop
             await asyncio.to_thread(self.retriever.check_collection, collection)
-        candidates = rerank_candidates or self.settings.rerank_candidates
+        candidates = request.rerank_candidates or self.settings.rerank_candidates
         depth = max(top_k, candidates if self.reranker else top_k, AGREEMENT_DEPTH)
         if fusion == "score":
             depth = max(depth, SCORE_FUSION_DEPTH)
-        want_questions = self.questions.enabled if use_questions is None else bool(use_questions)
-        return Plan(collection, text, top_k, depth, candidates, fusion,
-                    use_hyde=self.policy.enabled if use_hyde is None else bool(use_hyde),
-                    n_hypotheses=n_hypotheses or self.policy.n_hypotheses, domain=self.domain_of(collection, domain),
-                    include_raw=include_raw, want_questions=want_questions,
-                    has_questions=want_questions and self._has_questions(collection))
+        want_questions = self.questions.enabled if request.use_questions is None else bool(request.use_questions)
+        return Plan(request, text, top_k, depth, candidates, fusion,
+                    use_hyde=policy.enabled if request.use_hyde is None else bool(request.use_hyde),
+                    n_hypotheses=request.n_hypotheses or policy.n_hypotheses,
+                    domain=domain, want_questions=want_questions,
+                    has_questions=want_questions and self._has_questions(collection), policy=policy)
 
     async def _run(self, plan: Plan, started: float) -> HydeResult:
         """The stages in order; reads like the diagram in ``stages.py``."""
         raw_task = asyncio.create_task(asyncio.to_thread(
             stages.search_raw, self.retriever, plan.collection, plan.text, plan.depth, plan.has_questions))
-        generated = (await self.generators.generate(plan.domain, plan.text, plan.n_hypotheses, self.settings.timeout_s)
-                     if plan.use_hyde else None)
+        hypotheses = await self._hypotheses(plan, raw_task)
         raw = await raw_task
-        ranked = await self._rank(plan, raw, generated)
+        ranked = await self._rank(plan, raw, hypotheses.generated)
         docs, rerank_ms = await self._rerank(plan, ranked.docs)
         kept = stages.threshold(docs, plan.top_k, self.settings)
-        gen = generated or GenerationResult()
+        gen = hypotheses.generated or GenerationResult()
         missing = ([f"no questions for {plan.collection!r} (run `hyde-tutor ingest --questions K`)"]
                    if plan.want_questions and not plan.has_questions else [])
         return HydeResult(
             plan.text, plan.collection, kept.docs, ranked.used_hyde, ranked.reason,
             hypotheses=list(gen.hypotheses), usage=gen.usage, effective_threshold=kept.threshold,
-            errors=_errors(gen, ranked, missing),
+            errors=_errors(gen, ranked, [*hypotheses.notes, *missing]),
             timings=StageTimings(raw.ms, gen.seconds * 1000, ranked.embed_ms, ranked.search_ms, rerank_ms,
                                  (time.perf_counter() - started) * 1000),
-            fusion=plan.fusion, used_questions=plan.has_questions,
+            fusion=plan.fusion, used_questions=plan.has_questions, skipped=hypotheses.skipped,
+            raw_margin=stages.top_margin(raw.channels[RAW]),
         )
+
+    async def _hypotheses(self, plan: Plan, raw_task: asyncio.Task[stages.RawChannel]) -> Hypotheses:
+        """The hypotheses to search: the agent's (free), else generated ones, unless the cascade finds the
+        raw ranking sure enough to skip the LLM; None when HyDE is off or skipped."""
+        if not plan.use_hyde:
+            return Hypotheses(None)
+        agent, notes = self._agent_hypothesis(plan)
+        policy = plan.policy
+        if agent is not None and policy.agent_hypothesis == "replace":
+            return Hypotheses(GenerationResult(hypotheses=[agent], usage=_agent_usage(agent)), notes=notes)
+        if agent is None and plan.cascade_margin > 0:
+            raw = await raw_task  # the cascade reads the raw ranking first (one encode + one search, ~10 ms)
+            margin = stages.top_margin(raw.channels[RAW])
+            if margin is not None and margin >= plan.cascade_margin:
+                return Hypotheses(None, skipped="confident",
+                                  notes=(*notes, f"cascade: raw top-1 margin {margin:.3f} >= {plan.cascade_margin}"))
+        generated = await self.generators.generate(plan.domain, plan.text, plan.n_hypotheses, self.settings.timeout_s,
+                                                   one_call=plan.one_call)
+        if agent is not None:  # agent_hypothesis = add: searched beside the generated ones
+            generated.hypotheses.insert(0, agent)
+            generated.usage.add(_agent_usage(agent))
+        return Hypotheses(generated, notes=notes)
+
+    def _agent_hypothesis(self, plan: Plan) -> tuple[Hypothesis | None, tuple[str, ...]]:
+        """The agent's hypothesis through the same guard as generated ones; junk is dropped with a reason."""
+        text = plan.request.agent_hypothesis
+        if text is None or not str(text).strip():
+            return None, ()
+        shaped = shape_hypothesis(str(text), DOMAINS[plan.domain], self.settings, query=plan.text)
+        if shaped.rejected is not None:
+            return None, (f"agent hypothesis dropped: {shaped.rejected}",)
+        return Hypothesis(shaped.text, "agent", source="agent"), ()
 
     async def _rank(self, plan: Plan, raw: stages.RawChannel, generated: GenerationResult | None) -> Ranked:
         """Hypothesis channels → gate → fusion; the raw ranking with a reason when any step leaves nothing."""
         if generated is None:
-            return self._fallback(raw, "disabled")
+            return self._fallback(raw, "disabled" if not plan.use_hyde else None)
         if generated.failure_reason is not None:
             return self._fallback(raw, generated.failure_reason)  # type: ignore[arg-type]
         found = await asyncio.to_thread(stages.search_hypotheses, self.retriever, plan.collection,
-                                        generated.hypotheses, raw.encoding, self.policy, plan.fusion, plan.depth)
+                                        generated.hypotheses, raw.encoding, plan.policy, plan.fusion, plan.depth)
         if found.error is not None:
             return self._fallback(raw, "embed_error", (found.error,))
-        gated = stages.gate(found.channels, raw.channels[RAW], self.policy.min_agreement)
+        gated = stages.gate(found.channels, raw.channels[RAW], plan.policy.min_agreement)
         if not gated.channels:
             return self._fallback(raw, "off_topic", gated.notes, found)
-        fused = stages.fuse_hyde(raw.channels, gated.channels, plan.fusion, self.weights, plan.include_raw,
-                                 self.policy.protect_top)
+        fused = stages.fuse_hyde(raw.channels, gated.channels, plan.fusion, stages.Weights.of(
+            plan.policy, self.questions.weight), plan.include_raw, plan.policy.protect_top)
         if not fused:
             return self._fallback(raw, "no_results", gated.notes, found)
         return Ranked(fused, True, None, gated.notes, found.embed_ms, found.search_ms)
 
-    def _fallback(self, raw: stages.RawChannel, reason: FallbackReason, notes: Sequence[str] = (),
+    def _fallback(self, raw: stages.RawChannel, reason: FallbackReason | None, notes: Sequence[str] = (),
                   found: stages.HypothesisChannels | None = None) -> Ranked:
         timing = (found.embed_ms, found.search_ms) if found is not None else (0.0, 0.0)
         return Ranked(stages.plain(raw.channels, self.weights), False, reason, tuple(notes), *timing)
@@ -269,6 +330,12 @@ class HydeRetriever:
         except CollectionNotFoundError:
             return False
         return True
+
+
+def _agent_usage(agent: Hypothesis) -> TokenUsage:
+    """An agent-written hypothesis costs no LLM call here: its tokens are part of the agent's own response
+    and counted in that run's usage, so the search adds none (labelled ``agent``)."""
+    return TokenUsage(0, 0, 0, "agent")
 
 
 def _errors(gen: GenerationResult, ranked: Ranked, missing: list[str]) -> list[str]:

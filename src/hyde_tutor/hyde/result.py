@@ -52,3 +52,12 @@ class HydeResult:
     errors: list[str] = field(default_factory=list)
     fusion: str = "rrf"
     used_questions: bool = False
+    skipped: str | None = None
+    """``confident``: the cascade searched raw first, found it sure and made no LLM call."""
+    raw_margin: float | None = None
+    """The raw ranking's relative top-1 margin (what the cascade decides on)."""
+
+    @property
+    def llm_calls(self) -> int:
+        """LLM calls this search made (0 for plain search, the cascade's skips, cached or agent hypotheses)."""
+        return self.usage.requests

@@ -125,6 +125,16 @@ def search_questions(retriever: Retriever, collection: str, enc: EncodedQueries,
     return list(best.values())[:depth]
 
 
+def top_margin(hits: Sequence[Hit]) -> float | None:
+    """How sure the raw ranking is: the top-1 score's lead over the second, as a share of the top-1 score
+    (0: a tie, 1: nothing else scored); None with no hits. Scale-free, so one threshold serves RRF and
+    DBSF scores alike. The cascade skips generation at or above its threshold."""
+    if not hits or hits[0].score <= 0:
+        return None
+    second = hits[1].score if len(hits) > 1 else 0.0
+    return (hits[0].score - second) / hits[0].score
+
+
 # -- hypothesis channels ----------------------------------------------------------------------------
 
 def search_hypotheses(

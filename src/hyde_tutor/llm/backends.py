@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx2  # pydantic-ai's HTTP client for OpenAI-compatible providers
@@ -23,6 +24,7 @@ import httpx2  # pydantic-ai's HTTP client for OpenAI-compatible providers
 from ..config import LLMSettings, Settings
 from ..errors import LLMUnavailableError
 from .server import LlamaCppCompatTransport, LocalLlamaServer, local_server
+from .tokens import TokenCounter, gguf_counter, qwen_counter
 
 __all__ = ["LLMBackend", "LLMUnavailableError", "LocalLlamaServer", "describe_backend", "make_llm",
            "resolve_provider"]
@@ -39,6 +41,8 @@ class LLMBackend:
     extra_settings: dict[str, Any] = field(default_factory=dict)
     max_concurrency: int | None = None  # the embedded server answers one request at a time
     stream: bool = False  # read answers as a stream, so a timed-out call stops the server's generation
+    token_counter: TokenCounter | None = None
+    """Counts tokens offline where the responses' figures are missing or estimates (replay, embedded)."""
 
     def close(self) -> None:
         if self.server is not None:
@@ -91,16 +95,17 @@ def make_llm(settings: Settings) -> LLMBackend:
         model = _openai_chat_model(llm.model, llm.base_url, key or "none")
         return LLMBackend(model, f"{llm.base_url}:{llm.model}", provider, extra_settings=_compat_settings(llm))
     if provider == "replay":
-        return replay_backend(llm.recordings)
+        return replay_backend(llm.recordings, settings.data_dir / "models")
     server = local_server(settings)
     model = _openai_chat_model(server.model_name, server.base_url, "local", llama_cpp=True)
     return LLMBackend(model, f"local:{server.model_name}", "local", server, _compat_settings(llm), max_concurrency=1,
-                      stream=True)
+                      stream=True, token_counter=gguf_counter(server.gguf, f"{server.model_name}-gguf-vocab"))
 
 
-def replay_backend(recordings: str | None = None) -> LLMBackend:
+def replay_backend(recordings: str | None = None, models_dir: Path | None = None) -> LLMBackend:
     """The ``replay`` provider: recorded generations (``hyde-tutor record``) served by a pydantic-ai
-    ``FunctionModel``. Only chosen explicitly (``HYDE_LLM__PROVIDER=replay``): it is an evaluation tool."""
+    ``FunctionModel``. Only chosen explicitly (``HYDE_LLM__PROVIDER=replay``): it is an evaluation tool.
+    Its usage is counted with the embedded Qwen2.5's tokenizer (from ``models_dir``), labelled as such."""
     from .recordings import RecordingBook, ReplayModel, resolve_recordings_paths
 
     book = RecordingBook.load(resolve_recordings_paths(recordings))
@@ -110,7 +115,8 @@ def replay_backend(recordings: str | None = None) -> LLMBackend:
             + (f" ({book.stale} made with prompt files that changed since)" if book.stale else "")
             + ". Record again with `hyde-tutor record`."
         )
-    return LLMBackend(ReplayModel(book), f"replay:{book.label}", "replay")
+    counter = qwen_counter(models_dir or Settings().data_dir / "models")
+    return LLMBackend(ReplayModel(book), f"replay:{book.label}", "replay", token_counter=counter)
 
 
 def describe_backend(settings: Settings) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -31,7 +32,7 @@ from typing import Any, Literal
 from ..errors import HydeTutorError
 from .prompts import Prompt, load_prompt, parse_perspectives
 
-RecordKind = Literal["hypothesis", "questions"]
+RecordKind = Literal["hypothesis", "hypotheses", "questions"]
 __all__ = [
     "NotRecordedError",
     "Recording",
@@ -56,11 +57,13 @@ class Recording:
     """One recorded generation."""
 
     kind: RecordKind
-    """``hypothesis`` (query-time HyDE) or ``questions`` (write-time learner questions)."""
+    """``hypothesis`` (query-time HyDE, one perspective), ``hypotheses`` (one call answering N
+    perspectives) or ``questions`` (write-time learner questions)."""
     query: str
     """The learner's question; for ``questions``, the document text as it was shown to the model."""
     perspective: str
-    """The perspective's name (``rule``, ``example``, ...); for ``questions``, K as a string."""
+    """The perspective's name (``rule``, ``example``, ...); for ``hypotheses``, the names joined by ``+``
+    (``rule+example``); for ``questions``, K as a string."""
     text: str
     """What the model answered, unnormalised."""
     model: str
@@ -95,8 +98,8 @@ class Recording:
         if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
             raise ValueError("prompt_refs must be a list of 'name@vN' strings")
         kind = obj.get("kind", "hypothesis")
-        if kind not in ("hypothesis", "questions"):
-            raise ValueError(f"kind must be hypothesis or questions, not {kind!r}")
+        if kind not in ("hypothesis", "hypotheses", "questions"):
+            raise ValueError(f"kind must be hypothesis, hypotheses or questions, not {kind!r}")
         return cls(kind=kind, query=str(obj["query"]), perspective=str(obj["perspective"]), text=str(obj["text"]),
                    model=str(obj["model"]), prompt_refs=tuple(refs), domain=str(obj.get("domain", "")),
                    prompt_sha256=str(obj.get("prompt_sha256", "")), created=str(obj.get("created", "")))
@@ -115,6 +118,17 @@ def utc_now() -> str:
 def render_hypothesis_request(request: Prompt, query: str, perspective_instruction: str) -> str:
     """The user message of a hypothesis call: the request template filled with query and perspective."""
     return request.text.replace("{query}", query).replace("{perspective}", perspective_instruction)
+
+
+_PLACEHOLDER = re.compile(r"\{(query|perspectives|n)\}")
+
+
+def render_multi_request(request: Prompt, query: str, perspective_instructions: Sequence[str]) -> str:
+    """The user message of a one-call request for N hypotheses: the template's ``{query}``, ``{n}`` and
+    ``{perspectives}`` (a numbered list) filled in ONE pass, so braces in the learner's text stay text."""
+    listing = "\n".join(f"{i}. {text}" for i, text in enumerate(perspective_instructions, start=1))
+    values = {"query": query, "n": str(len(perspective_instructions)), "perspectives": listing}
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], request.text)
 
 
 def render_questions_request(request: Prompt, document_text: str, k: int | str) -> str:
@@ -151,9 +165,14 @@ def render_recording(rec: Recording, prompts: _PromptFiles) -> tuple[str, str]:
                                                                       rec.perspective)
     system_ref, request_ref, perspectives_ref = rec.prompt_refs[:3]
     by_name = {p.name: p.instruction for p in parse_perspectives(prompts.get(perspectives_ref).text)}
-    if rec.perspective not in by_name:
-        raise ValueError(f"perspective {rec.perspective!r} is not in {perspectives_ref}")
-    user = render_hypothesis_request(prompts.get(request_ref), rec.query, by_name[rec.perspective])
+    names = rec.perspective.split("+") if rec.kind == "hypotheses" else [rec.perspective]
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise ValueError(f"perspective {unknown[0]!r} is not in {perspectives_ref}")
+    if rec.kind == "hypotheses":
+        user = render_multi_request(prompts.get(request_ref), rec.query, [by_name[n] for n in names])
+    else:
+        user = render_hypothesis_request(prompts.get(request_ref), rec.query, by_name[rec.perspective])
     return prompts.get(system_ref).text, user
 
 

@@ -40,6 +40,13 @@ class RetrievalRecord:
     top_score: float | None = None
     tokens_in: int = 0
     tokens_out: int = 0
+    llm_calls: int = 0
+    usage_source: str = ""
+    """How ``tokens_in``/``tokens_out`` were counted (``reported``, ``counted:<tokenizer>``, ...)."""
+    skipped: str | None = None
+    """``confident``: the cascade made no LLM call because the raw ranking was sure."""
+    hypothesis_sources: list[str] = field(default_factory=list)
+    """Where each searched hypothesis came from: ``llm``, ``cache``, ``agent``."""
     error: str | None = None
     subject: str | None = None
     used_questions: bool = False

@@ -31,6 +31,7 @@ from ..errors import (
 )
 from .experiment import Experiment, ReloadableExperiment, decide
 from ..hyde import HydeResult, HydeRetriever, RetrievedDoc
+from ..hyde.request import SearchRequest
 from ..hyde.hypotheses import Domain
 from .monitor import Monitor, RetrievalRecord
 from ..llm.prompts import load_prompt
@@ -93,16 +94,16 @@ def compact_result(doc: RetrievedDoc) -> dict[str, Any]:
 
 async def run_search(
     ctx: RunContext[TutorDeps], tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None,
-    rerank_top_k: Any = None,
+    rerank_top_k: Any = None, hypothesis: Any = None,
 ) -> dict[str, Any]:
     """Shared body of the search tools: validate, decide HyDE, search, record, compact."""
     ctx.deps.begin_run(getattr(ctx, "run_id", None))
-    return await search_with_deps(ctx.deps, tool, collection, query, top_k, use_hyde, rerank_top_k)
+    return await search_with_deps(ctx.deps, tool, collection, query, top_k, use_hyde, rerank_top_k, hypothesis)
 
 
 async def search_with_deps(
     deps: TutorDeps, tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None,
-    rerank_top_k: Any = None,
+    rerank_top_k: Any = None, hypothesis: Any = None,
 ) -> dict[str, Any]:
     """:func:`run_search` outside a tool call (raises ``ModelRetry`` for bad arguments)."""
     settings = deps.retriever.retriever.settings
@@ -112,6 +113,8 @@ async def search_with_deps(
         rerank = None if rerank_top_k is None else validate_top_k(rerank_top_k, MAX_RERANK_TOP_K)
         if rerank is not None and rerank < k:
             raise QueryValidationError(f"rerank_top_k ({rerank}) must be at least top_k ({k}).")
+        if hypothesis is not None and not isinstance(hypothesis, str):
+            raise QueryValidationError(f"hypothesis must be text or null, not {type(hypothesis).__name__}.")
     except QueryValidationError as exc:
         raise ModelRetry(f"{exc} Call {tool} again with corrected arguments.") from exc
     experiment = deps.current_experiment()
@@ -119,9 +122,9 @@ async def search_with_deps(
     record = RetrievalRecord(decision.experiment, decision.arm, decision.use_hyde, decision.reason, tool, collection,
                              subject=deps.subject_id, requested_hyde=decision.requested, overridden=decision.overridden)
     try:
-        result = await deps.retriever.search(collection, text, top_k=k, use_hyde=decision.use_hyde,
-                                             rerank_candidates=rerank, use_questions=decision.use_questions,
-                                             domain=_tool_domain(tool))
+        result = await deps.retriever.execute(SearchRequest(
+            collection=collection, text=text, top_k=k, use_hyde=decision.use_hyde, rerank_candidates=rerank,
+            use_questions=decision.use_questions, domain=_tool_domain(tool), agent_hypothesis=hypothesis))
     except HydeTutorError as exc:
         record.error = type(exc).__name__
         _record(deps.monitor, record)
@@ -176,6 +179,10 @@ def _fill(record: RetrievalRecord, result: HydeResult) -> None:
     record.top_score = result.results[0].score if result.results else None
     record.tokens_in = result.usage.input_tokens
     record.tokens_out = result.usage.output_tokens
+    record.llm_calls = result.usage.requests
+    record.usage_source = result.usage.source
+    record.skipped = result.skipped
+    record.hypothesis_sources = [h.source if h.source == "agent" or not h.cached else "cache" for h in result.hypotheses]
 
 
 def _record(monitor: Monitor | None, record: RetrievalRecord) -> None:
@@ -203,40 +210,52 @@ class HydeSearchToolset(FunctionToolset[TutorDeps]):
 
 def _grammar_tool(name: str, collection: str) -> Callable[..., Any]:
     async def grammar_search(
-        ctx: RunContext[TutorDeps], query: str, top_k: int = 5, use_hyde: bool | None = None
+        ctx: RunContext[TutorDeps], query: str, hypothesis: str | None = None, top_k: int = 5,
+        use_hyde: bool | None = None,
     ) -> dict[str, Any]:
         """Search the Korean grammar reference (patterns with Russian explanations and examples).
 
         Use it for any question about how to say something in Korean, what an ending or particle means,
-        or how two constructions differ. Pass the learner's question as is (Russian is fine).
+        or how two constructions differ. Pass the learner's question as is (Russian is fine); in a
+        follow-up, make it self-contained.
 
         Args:
             query: The learner's question or a short description of the needed construction.
+            hypothesis: Optional, and it saves a search step: the reference entry you expect to find, in
+                the reference's format, in Russian with Korean examples, one field per line:
+                "Конструкция: <Korean pattern>", "Название: <Russian name>", "Объяснение: <2-3 sentences:
+                meaning, how it attaches to the stem>", then 1-2 lines "Пример: <Korean sentence> —
+                <Russian translation>" (under 500 characters in all). It may be imperfect; it is searched
+                together with the query. Leave it null if you cannot write Korean examples.
             top_k: How many entries to return (1-10).
             use_hyde: True forces HyDE (a hypothetical entry is written and searched), False forces plain
                 search, null lets the running experiment decide.
         """
-        return await run_search(ctx, name, collection, query, top_k, use_hyde)
+        return await run_search(ctx, name, collection, query, top_k, use_hyde, hypothesis=hypothesis)
 
     return grammar_search
 
 
 def _docs_tool(name: str, collection: str) -> Callable[..., Any]:
     async def docs_search(
-        ctx: RunContext[TutorDeps], query: str, top_k: int = 5, rerank_top_k: int | None = None,
-        use_hyde: bool | None = None,
+        ctx: RunContext[TutorDeps], query: str, hypothesis: str | None = None, top_k: int = 5,
+        rerank_top_k: int | None = None, use_hyde: bool | None = None,
     ) -> dict[str, Any]:
         """Search the educational documents (particles, speech levels, conjugation, honorifics,
         pronunciation, study methods), written in Russian with Korean examples.
 
         Args:
-            query: The learner's question.
+            query: The learner's question (self-contained in a follow-up).
+            hypothesis: Optional, and it saves a search step: the passage you expect to find, as a short
+                Russian teaching text (3-5 sentences, under 500 characters) that explains the topic with
+                Korean examples and their translations. It may be imperfect; it is searched together with
+                the query. Leave it null if you cannot write Korean examples.
             top_k: How many documents to return (1-10).
             rerank_top_k: How many candidates the reranker scores before the top_k are kept (top_k-50);
                 null uses the configured default. Ignored when no reranker is configured.
             use_hyde: True forces HyDE, False forces plain search, null lets the running experiment decide.
         """
-        return await run_search(ctx, name, collection, query, top_k, use_hyde, rerank_top_k)
+        return await run_search(ctx, name, collection, query, top_k, use_hyde, rerank_top_k, hypothesis)
 
     return docs_search
 
