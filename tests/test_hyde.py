@@ -223,7 +223,7 @@ def test_fusion_policy_defaults_follow_the_model_and_settings_win(isolated_env) 
     local = HydeRetriever.from_settings(Settings(), retriever=object())  # type: ignore[arg-type]
     assert local.policy == WEAK_MODEL_POLICY == HydePolicy(1, "score", 0.5, 3, 0, enabled=False)  # the embedded model
     api = HydeRetriever.from_settings(Settings(llm={"provider": "openai"}, openai={"api_key": "sk-test"}), retriever=object())  # type: ignore[arg-type]
-    assert api.policy == STRONG_MODEL_POLICY == HydePolicy(4, "score", 6.0, 0, 0)  # chosen on recordings
+    assert api.policy == STRONG_MODEL_POLICY == HydePolicy(1, "score", 3.0, 0, 0)  # chosen on recordings, per cost
     pinned = Settings(hyde={"n_hypotheses": 4, "fusion": "rrf", "hypothesis_weight": 2.0, "min_agreement": 0,
                             "protect_top": 5})
     assert HydeRetriever.from_settings(pinned, retriever=object()).policy == HydePolicy(4, "rrf", 2.0, 0, 5, enabled=False)  # type: ignore[arg-type]

@@ -147,7 +147,7 @@ def test_replay_provider_is_explicit_and_clear_when_empty(isolated_env: Path) ->
     backend = make_llm(Settings(llm={"provider": "replay", "recordings": str(ROOT / "data" / "recordings")}))
     assert backend.kind == "replay" and backend.name == "replay:frontier-llm-stand-in"
     policy = HydeRetriever.from_settings(Settings(llm={"provider": "replay"}), retriever=object()).policy  # type: ignore[arg-type]
-    assert policy.n_hypotheses == 4 and policy.fusion == "score"  # replay stands in for a capable model
+    assert policy.n_hypotheses == 1 and policy.fusion == "score"  # replay stands in for a capable model
 
 
 def test_bundled_recordings_cover_every_eval_query_with_four_perspectives() -> None:

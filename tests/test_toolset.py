@@ -109,10 +109,10 @@ def test_tool_schema_comes_from_docstrings() -> None:
     tool = captured["ko_grammar_search"]
     assert "Korean grammar reference" in tool.description
     props = tool.parameters_json_schema["properties"]
-    assert set(props) == {"query", "top_k", "use_hyde"}
+    assert set(props) == {"query", "hypothesis", "top_k", "use_hyde"}
     assert "experiment" in props["use_hyde"]["description"]
     assert tool.parameters_json_schema["required"] == ["query"]
-    assert set(captured["ko_docs_search"].parameters_json_schema["properties"]) == {"query", "top_k", "rerank_top_k", "use_hyde"}
+    assert set(captured["ko_docs_search"].parameters_json_schema["properties"]) == {"query", "hypothesis", "top_k", "rerank_top_k", "use_hyde"}
 
 
 def test_capability_bundles_the_tools(hyde_retriever) -> None:

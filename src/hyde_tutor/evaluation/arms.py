@@ -72,7 +72,8 @@ class HydeArm:
         ))
         for text, res in zip(texts, results, strict=True):
             u = res.usage
-            self.costs[text] = (u.requests, u.input_tokens, u.output_tokens, res.skipped is not None, u.source)
+            # the first run of a text is what it cost (a repeat, e.g. after the warm-up, hits the cache)
+            self.costs.setdefault(text, (u.requests, u.input_tokens, u.output_tokens, res.skipped is not None, u.source))
             self.reasons[text] = (["no_questions_index"] if arm.use_questions and not res.used_questions else []) + (
                 [res.fallback_reason] if res.fallback_reason and arm.use_hyde else [])
         return [[d.id for d in res.results] for res in results]

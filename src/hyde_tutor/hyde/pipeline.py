@@ -177,6 +177,9 @@ class HydeRetriever:
         block for seconds; see :class:`GeneratorPool`)."""
         return self.generators.get(self.domain_of(collection, domain))
 
+    def _fuse(self, channels: Mapping[str, list[Hit]], fusion: FusionMode) -> list[RetrievedDoc]:
+        return stages.fuse(channels, fusion, self.weights)
+
     async def search(self, collection: str, query: Any, **options: Any) -> HydeResult:
         """Run the pipeline for one query. Raises only for bad input or a failing store, never for HyDE.
 

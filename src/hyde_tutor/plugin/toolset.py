@@ -31,7 +31,6 @@ from ..errors import (
 )
 from .experiment import Experiment, ReloadableExperiment, decide
 from ..hyde import HydeResult, HydeRetriever, RetrievedDoc
-from ..hyde.request import SearchRequest
 from ..hyde.hypotheses import Domain
 from .monitor import Monitor, RetrievalRecord
 from ..llm.prompts import load_prompt
@@ -122,9 +121,10 @@ async def search_with_deps(
     record = RetrievalRecord(decision.experiment, decision.arm, decision.use_hyde, decision.reason, tool, collection,
                              subject=deps.subject_id, requested_hyde=decision.requested, overridden=decision.overridden)
     try:
-        result = await deps.retriever.execute(SearchRequest(
-            collection=collection, text=text, top_k=k, use_hyde=decision.use_hyde, rerank_candidates=rerank,
-            use_questions=decision.use_questions, domain=_tool_domain(tool), agent_hypothesis=hypothesis))
+        agent = {"agent_hypothesis": hypothesis} if hypothesis is not None else {}
+        result = await deps.retriever.search(collection, text, top_k=k, use_hyde=decision.use_hyde,
+                                             rerank_candidates=rerank, use_questions=decision.use_questions,
+                                             domain=_tool_domain(tool), **agent)
     except HydeTutorError as exc:
         record.error = type(exc).__name__
         _record(deps.monitor, record)
