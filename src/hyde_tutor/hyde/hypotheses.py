@@ -60,6 +60,16 @@ class GenerationResult:
     usage: TokenUsage = field(default_factory=TokenUsage)
     seconds: float = 0.0
 
+    def count_failure(self, out: Generation, label: str) -> bool:
+        """Count a failed call (timeout, not recorded, LLM error labelled ``label``); False if it succeeded."""
+        if out.failure == "timeout":
+            self.timeouts += 1
+        elif out.failure == "not_recorded":
+            self.not_recorded += 1
+        elif out.failure == "llm_error":
+            self.errors.append(f"{label}: {out.error}")
+        return out.failure is not None
+
     @property
     def failure_reason(self) -> str | None:
         """``timeout`` / ``llm_error`` / ``empty_hypotheses`` when nothing usable came back, else None."""
@@ -202,13 +212,7 @@ class HypothesisGenerator:
         seen: set[str] = set()
         for perspective, (out, cached) in zip(self.perspectives[:n], outcomes, strict=True):
             result.usage.add(out.usage)
-            if out.failure == "timeout":
-                result.timeouts += 1
-            elif out.failure == "not_recorded":
-                result.not_recorded += 1
-            elif out.failure == "llm_error":
-                result.errors.append(f"{perspective.name}: {out.error}")
-            else:
+            if not result.count_failure(out, perspective.name):
                 self._keep(out.text or "", perspective.name, cached, result, seen)
         return result
 
@@ -226,13 +230,7 @@ class HypothesisGenerator:
             self.agent, user, timeout_s=timeout, stream=self.stream, gate=self._gate(), counter=self.counter,
             system=self.prompt.text, max_tokens=self.max_tokens * n)
         result = GenerationResult(usage=out.usage)
-        if out.failure == "timeout":
-            result.timeouts += 1
-        elif out.failure == "not_recorded":
-            result.not_recorded += 1
-        elif out.failure == "llm_error":
-            result.errors.append(f"{names}: {out.error}")
-        elif out.text is not None:
+        if not result.count_failure(out, names) and out.text is not None:
             if not cached and out.text.strip():
                 await self._cache_set(key, out.text)
             sections = split_sections(out.text, n)
