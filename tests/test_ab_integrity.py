@@ -113,9 +113,9 @@ def test_a_bad_dotenv_keeps_the_last_good_experiment_and_tool_calls_work(isolate
     from hyde_tutor.plugin.experiment import ExperimentConfigWarning
 
     env = isolated_env / ".env"
-    env.write_text("HYDE_EXPERIMENT__HYDE_SHARE=1.0\n")
+    env.write_text("HYDE_EXPERIMENT__ENABLED=true\nHYDE_EXPERIMENT__HYDE_SHARE=1.0\n")
     live = ReloadableExperiment(env, check_every_s=0)
-    env.write_text("HYDE_EXPERIMENT__HYDE_SHARE=1.5\n")  # out of range: Settings() raises ValidationError
+    env.write_text("HYDE_EXPERIMENT__ENABLED=true\nHYDE_EXPERIMENT__HYDE_SHARE=1.5\n")  # out of range: Settings() raises ValidationError
     os.utime(env, (time.time() + 5, time.time() + 5))
     monitor = Monitor()
     agent = Agent(_always_asks_for_hyde(), deps_type=TutorDeps, toolsets=[HydeSearchToolset()])
@@ -129,6 +129,6 @@ def test_a_bad_dotenv_keeps_the_last_good_experiment_and_tool_calls_work(isolate
     assert len(reports) == 1 and "experiment.hyde_share" in str(reports[0].message)
     assert "keeping the running experiment" in str(reports[0].message)
     assert [r.arm for r in monitor.records()] == ["hyde"] * 3  # the last good split (share 1.0) still runs
-    env.write_text("HYDE_EXPERIMENT__HYDE_SHARE=0.0\n")
+    env.write_text("HYDE_EXPERIMENT__ENABLED=true\nHYDE_EXPERIMENT__HYDE_SHARE=0.0\n")
     os.utime(env, (time.time() + 10, time.time() + 10))
     assert live.current().hyde_share == 0.0 and live.last_error is None  # a fixed file is picked up

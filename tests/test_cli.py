@@ -32,7 +32,8 @@ def test_ingest_then_search_json_contract(small_corpus: Path) -> None:
     rows = [json.loads(line) for line in out.output.splitlines() if line.startswith("{")]
     assert len(rows) == 1
     row = rows[0]
-    assert set(row) == {"query_id", "query", "used_hyde", "fallback_reason", "results"}
+    assert set(row) == {"query_id", "query", "used_hyde", "fallback_reason", "why", "skipped", "errors", "results"}
+    assert row["why"] == "HyDE off" and row["errors"] == []  # HyDE was simply off: said so, not an error
     assert row["used_hyde"] is False and row["fallback_reason"] == "disabled" and len(row["results"]) == 3
     assert set(row["results"][0]) == {"id", "score", "payload"}
     assert row["results"][0]["id"] == "g-b01"  # original id, not the point UUID

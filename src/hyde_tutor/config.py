@@ -223,7 +223,8 @@ class QuestionSettings(BaseModel):
 class ExperimentSettings(BaseModel):
     """The HyDE vs raw A/B experiment."""
 
-    enabled: bool = Field(True, description="Route subjects to arms; false = everyone gets hyde.enabled.")
+    enabled: bool = Field(False, description="Route subjects to arms (an operator starts an experiment: set true); "
+                          "false = everyone gets hyde.enabled.")
     name: str = Field("hyde-vs-raw", description="Experiment name (part of the assignment hash).")
     hyde_share: float = Field(0.5, ge=0, le=1, description="Share of subjects in the HyDE arm (0.9 = 90/10).")
     salt: str = Field("", description="Change to reshuffle assignments without renaming the experiment.")
@@ -258,6 +259,8 @@ class Settings(BaseSettings):
     )
 
     data_dir: Path = Field(Path(".hyde"), description="Embedded store, caches and metrics live here.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "WARNING", description="hyde_tutor's log level on stderr (the CLI's --verbose sets INFO).")
     qdrant: QdrantSettings = Field(default_factory=QdrantSettings)
     dense: DenseSettings = Field(default_factory=DenseSettings)
     openai: OpenAISettings = Field(default_factory=OpenAISettings)

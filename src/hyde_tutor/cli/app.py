@@ -20,12 +20,28 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="HyDE retriev
 
 
 @app.callback()
-def _check_settings() -> None:
+def _check_settings(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what hyde-tutor does (HYDE_LOG_LEVEL=INFO)."),
+) -> None:
     """HyDE retrieval for Korean-tutor agents."""
     try:
-        Settings()
+        settings = Settings()
     except ValidationError as exc:
         fail(settings_error_message(exc))
+    configure_logging("INFO" if verbose else settings.log_level)
+
+
+def configure_logging(level: str) -> None:
+    """hyde_tutor's log records on stderr at ``level`` (one handler, however often it is called)."""
+    import logging
+
+    log = logging.getLogger("hyde_tutor")
+    log.setLevel(level)
+    if not any(getattr(h, "_hyde_tutor", False) for h in log.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s hyde_tutor: %(message)s"))
+        handler._hyde_tutor = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
 
 
 def settings_error_message(exc: ValidationError) -> str:
@@ -64,10 +80,12 @@ def open_retriever() -> Iterator[Retriever]:
 
 def open_hyde(settings: Settings | None = None) -> HydeRetriever:
     """The configured HyDE retriever (says on stderr which LLM writes the hypotheses)."""
-    from ..llm.backends import describe_backend
+    from ..llm.backends import backend_problem, describe_backend
 
     settings = settings or Settings()
-    typer.echo(f"LLM for HyDE: {describe_backend(settings)} (pin with HYDE_LLM__PROVIDER)", err=True)
+    problem = backend_problem(settings)
+    usable = f" — NOT USABLE: {problem}; HyDE searches fall back to plain retrieval" if problem else ""
+    typer.echo(f"LLM for HyDE: {describe_backend(settings)} (pin with HYDE_LLM__PROVIDER){usable}", err=True)
     try:
         return HydeRetriever.from_settings(settings)
     except HydeTutorError as exc:

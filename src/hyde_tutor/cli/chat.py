@@ -45,9 +45,8 @@ def chat(
     deps = TutorDeps(hr, ReloadableExperiment(), monitor, subject_id)
     chosen = default_chat_mode(llm) if mode == "auto" else mode
     agent = build_tutor_agent(llm, mode=chosen)  # type: ignore[arg-type]
-    hyde_default = "on" if hr.policy.enabled else "off (the embedded model: HyDE is slow and does not help it)"
-    typer.echo(f"hyde-tutor chat — model {llm.name}, mode {chosen}, HyDE by default {hyde_default}, "
-               f"subject {subject_id or '(none)'}" + ("; /exit to quit" if interactive else ""), err=not interactive)
+    typer.echo(f"hyde-tutor chat — model {llm.name}, mode {chosen}, {hyde_line(hr, deps)}"
+               + ("; /exit to quit" if interactive else ""), err=not interactive)
 
     def read() -> str | None:
         if not interactive:
@@ -68,6 +67,22 @@ def chat(
         monitor.flush()
         hr.close()
         llm.close()
+
+
+def hyde_line(hr: object, deps: object) -> str:
+    """What this chat's searches will do: the subject's arm when an experiment runs, else the default."""
+    from ..plugin.experiment import arm_uses_hyde
+
+    experiment = deps.current_experiment()  # type: ignore[attr-defined]
+    subject = deps.subject_id  # type: ignore[attr-defined]
+    default = "on" if hr.policy.enabled else "off (the embedded model: HyDE is slow and does not help it)"  # type: ignore[attr-defined]
+    if experiment is None or not experiment.enabled:
+        return f"HyDE {default} (no experiment running), subject {subject or '(none)'}"
+    if subject is None:
+        return f"HyDE {default} (experiment {experiment.name!r} runs, but no --subject-id: not enrolled)"
+    arm = experiment.arm(subject)
+    return (f"subject {subject} in arm {arm!r} of experiment {experiment.name!r}: HyDE "
+            f"{'on' if arm_uses_hyde(arm) else 'off'}")
 
 
 @app.command()

@@ -11,7 +11,7 @@ import typer
 
 from ..errors import HydeTutorError
 from ..hyde import HydeResult, RetrievedDoc
-from ..corpus.rendering import payload_label
+from ..corpus.rendering import fit, payload_label
 from ..retrieval.retriever import SearchMode
 from ..retrieval.store import Hit
 from .app import app, check_fusion, fail, json_line, open_hyde, open_retriever, read_queries
@@ -44,6 +44,9 @@ def search(
         return _plain_search(queries, collection, top_k, mode, as_json)  # type: ignore[arg-type]
     hr = open_hyde()
     texts = [q for _, q in queries]
+    if compare or hyde or (hyde is None and hr.policy.enabled):
+        typer.echo(f"searching {len(texts)} quer{'y' if len(texts) == 1 else 'ies'}; writing hypotheses with the LLM "
+                   "(the embedded model takes 10-20 s per hypothesis; it starts on first use)…", err=True)
     try:
         results = asyncio.run(hr.search_many(collection, texts, top_k=top_k, use_hyde=True if compare else hyde,
                                              n_hypotheses=hypotheses, fusion=fusion, use_questions=questions))
@@ -52,20 +55,22 @@ def search(
         fail(str(exc))
     finally:
         hr.close()
+    schema = hr.retriever.schemas.get(collection)
     if compare:
         for (qid, _), res_raw, res_hyde in zip(queries, raw, results, strict=True):
-            _print_side_by_side(qid, res_raw, res_hyde)
+            _print_side_by_side(qid, res_raw, res_hyde, schema=schema)
         return
     for (qid, _), res in zip(queries, results, strict=True):
         if as_json:
             typer.echo(json_line(_result_json(qid, res, show_hypotheses)))
         else:
-            _print_result(qid, res)
+            _print_result(qid, res, schema)
 
 
 def _result_json(qid: str, res: HydeResult, verbose: bool) -> dict[str, Any]:
     line: dict[str, Any] = {
         "query_id": qid, "query": res.query, "used_hyde": res.used_hyde, "fallback_reason": res.fallback_reason,
+        "why": res.why, "skipped": res.skipped, "errors": res.errors,
         "results": [{"id": d.id, "score": round(d.score, 6), "payload": d.payload} for d in res.results],
     }
     if verbose:
@@ -77,35 +82,41 @@ def _result_json(qid: str, res: HydeResult, verbose: bool) -> dict[str, Any]:
     return line
 
 
-def _hit_line(rank: int, hit: Hit) -> str:
-    return f"{rank:>2}. {hit.doc_id:<10} {hit.score:.4f}  {payload_label(hit.payload, long=True)}"
+def _hit_line(rank: int, hit: Hit, schema: Any = None) -> str:
+    return f"{rank:>2}. {hit.doc_id:<10} {hit.score:.4f}  {payload_label(hit.payload, long=True, schema=schema)}"
 
 
-def _print_result(qid: str, res: HydeResult) -> None:
-    how = "HyDE" if res.used_hyde else f"raw (fallback: {res.fallback_reason})"
-    typer.echo(f"\n[{qid}] {res.query}  -> {how}, {res.timings.total_ms:.0f} ms")
+def _print_result(qid: str, res: HydeResult, schema: Any = None) -> None:
+    typer.echo(f"\n[{qid}] {res.query}  -> {res.status()}, {res.timings.total_ms:.0f} ms")
     for h in res.hypotheses:
         typer.echo(f"   hypothesis [{h.perspective}]: {h.text[:160]}{'…' if len(h.text) > 160 else ''}")
     for rank, d in enumerate(res.results, start=1):
-        typer.echo(_hit_line(rank, Hit(d.id, d.score, d.payload)) + f"   via {'+'.join(d.channels)}")
+        typer.echo(_hit_line(rank, Hit(d.id, d.score, d.payload), schema) + f"   via {'+'.join(d.channels)}")
     if not res.results:
         typer.echo("   (no results)")
 
 
-def _short(d: RetrievedDoc, width: int) -> str:
-    return f"{d.id} {payload_label(d.payload)}"[:width]
+def _short(d: RetrievedDoc, width: int, schema: Any = None) -> str:
+    return fit(f"{d.id} {payload_label(d.payload, schema=schema)}", width)
 
 
-def _print_side_by_side(qid: str, raw: HydeResult, hyde: HydeResult, width: int = 44) -> None:
+def _print_side_by_side(qid: str, raw: HydeResult, hyde: HydeResult, width: int = 44, schema: Any = None) -> None:
     typer.echo(f"\n[{qid}] {raw.query}")
     for h in hyde.hypotheses:
         typer.echo(f"   hypothesis [{h.perspective}]: {h.text[:200]}{'…' if len(h.text) > 200 else ''}")
-    status = "HyDE" if hyde.used_hyde else f"fallback: {hyde.fallback_reason}"
-    typer.echo(f"   {'raw (' + format(raw.timings.total_ms, '.0f') + ' ms)':<{width}} | {status} ({hyde.timings.total_ms:.0f} ms)")
+    for line in side_by_side(raw, hyde, width, schema):
+        typer.echo(line)
+
+
+def side_by_side(raw: HydeResult, hyde: HydeResult, width: int = 44, schema: Any = None) -> list[str]:
+    """The raw and HyDE rankings as two columns of ``width`` terminal columns each (Korean counts double),
+    under a header naming each side and its time."""
+    lines = [f"   {fit(f'raw ({raw.timings.total_ms:.0f} ms)', width)} | {hyde.status()} ({hyde.timings.total_ms:.0f} ms)"]
     for i in range(max(len(raw.results), len(hyde.results))):
-        left = _short(raw.results[i], width) if i < len(raw.results) else ""
-        right = _short(hyde.results[i], width) if i < len(hyde.results) else ""
-        typer.echo(f"{i + 1:>2} {left:<{width}} | {right}")
+        left = _short(raw.results[i], width, schema) if i < len(raw.results) else fit("", width)
+        right = _short(hyde.results[i], width, schema).rstrip() if i < len(hyde.results) else ""
+        lines.append(f"{i + 1:>2} {left} | {right}")
+    return lines
 
 
 def _plain_search(queries: list[tuple[str, str]], collection: str, top_k: int, mode: SearchMode, as_json: bool) -> None:
@@ -114,6 +125,7 @@ def _plain_search(queries: list[tuple[str, str]], collection: str, top_k: int, m
             results = r.search_many(collection, [q for _, q in queries], top_k, mode)
         except HydeTutorError as exc:
             fail(str(exc))
+        schema = r.schemas.get(collection)
     for (qid, text), hits in zip(queries, results, strict=True):
         if as_json:
             typer.echo(json_line({"query_id": qid, "query": text, "used_hyde": False, "fallback_reason": "disabled",
@@ -122,6 +134,6 @@ def _plain_search(queries: list[tuple[str, str]], collection: str, top_k: int, m
         else:
             typer.echo(f"\n[{qid}] {text}  ({mode}, no HyDE)")
             for rank, hit in enumerate(hits, start=1):
-                typer.echo(_hit_line(rank, hit))
+                typer.echo(_hit_line(rank, hit, schema))
             if not hits:
                 typer.echo("   (no results)")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-__all__ = ["compact_payload", "entry_label", "format_entries", "payload_kind", "payload_label", "payload_text"]
+__all__ = ["compact_payload", "display_width", "entry_label", "fit", "format_entries", "payload_kind", "payload_label",
+           "payload_text"]
 
 PayloadKind = Literal["grammar", "document", "passage"]
 MODEL_TEXT_CHARS = 900
@@ -24,18 +25,53 @@ def payload_kind(payload: dict[str, Any]) -> PayloadKind:
     return "passage"
 
 
-def payload_label(payload: dict[str, Any], *, long: bool = False) -> str:
-    """A short name for a result: the pattern (with its Russian name when ``long``), the subtopic, the title."""
+def payload_label(payload: dict[str, Any], *, long: bool = False, schema: Any = None) -> str:
+    """A short name for a result: the pattern (with its Russian name when ``long``), the subtopic, the title;
+    for a collection built elsewhere, its schema's ``title_fields`` (``schema``: a ``CollectionSchema``)."""
+    if schema is not None and getattr(schema, "title_fields", ()):
+        return schema.title(payload) or "(no title)"
     kind = payload_kind(payload)
     if kind == "grammar":
         return f"{payload.get('pattern', '')} — {payload.get('name_ru', '')}" if long else str(payload.get("pattern", ""))
     if kind == "document":
         if long:
-            return f"{payload.get('topic', '')}: {payload.get('subtopic', payload.get('title', ''))}"
+            return _joined(": ", payload.get("topic"), payload.get("subtopic") or payload.get("title"))
         return str(payload.get("subtopic") or payload.get("title") or "")
     if long:
-        return f"{payload.get('topic', '')}: {payload.get('subtopic', payload.get('title', ''))}"
+        return _joined(": ", payload.get("topic"), payload.get("subtopic") or payload.get("title"))
     return str(payload.get("title") or "")
+
+
+def _joined(sep: str, *parts: Any) -> str:
+    """The non-empty parts joined by ``sep`` (no stray separator when a field is missing)."""
+    return sep.join(str(p) for p in parts if p)
+
+
+def display_width(text: str) -> int:
+    """Terminal columns ``text`` takes: East Asian wide and fullwidth characters (Hangul) take two."""
+    import unicodedata
+
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` in exactly ``width`` terminal columns: cut on a word boundary with an ellipsis when too long,
+    padded with spaces when short (display width, so Korean lines up with Latin and Cyrillic)."""
+    text = " ".join(text.split())
+    if display_width(text) > width:
+        words, kept = text.split(" "), ""
+        for word in words:
+            candidate = f"{kept} {word}" if kept else word
+            if display_width(candidate) + 1 > width:
+                break
+            kept = candidate
+        if not kept:  # one long word: cut it by columns
+            for ch in text:
+                if display_width(kept + ch) + 1 > width:
+                    break
+                kept += ch
+        text = kept + "…"
+    return text + " " * (width - display_width(text))
 
 
 def payload_text(payload: dict[str, Any]) -> str:

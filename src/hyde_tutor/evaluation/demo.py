@@ -21,7 +21,7 @@ from .beir import EvalQuery, load_beir
 from ..hyde import HydeResult, HydeRetriever, RetrievedDoc
 from ..hyde.hypotheses import HypothesisGenerator, MemoryCache
 from ..llm.backends import describe_backend, replay_backend
-from ..corpus.rendering import payload_label
+from ..corpus.rendering import fit, payload_label
 from ..retrieval.retriever import Retriever
 
 __all__ = ["run_demo"]
@@ -40,9 +40,9 @@ class Shown:
 
 
 def _label(d: RetrievedDoc, relevant: frozenset[str], width: int) -> str:
-    name = payload_label(d.payload)
+    """``width`` terminal columns: a ✓ for a relevant entry, its id and name (Korean counts double)."""
     mark = "✓ " if d.id in relevant else "  "
-    return f"{mark}{d.id} {name}"[:width]
+    return fit(f"{mark}{d.id} {payload_label(d.payload)}", width)
 
 
 def _rank(result: HydeResult, relevant: frozenset[str]) -> int | None:
@@ -77,11 +77,11 @@ def _print_shown(s: Shown, echo: Callable[[str], None], width: int = 40) -> None
         echo(f"   recorded hypothesis [{h.perspective}]: {h.text[:170]}…")
     if len(s.hyde.hypotheses) > 2:
         echo(f"   (+{len(s.hyde.hypotheses) - 2} more hypotheses: {', '.join(h.perspective for h in s.hyde.hypotheses[2:])})")
-    echo(f"   {'plain hybrid search':<{width}} | HyDE (recorded capable model)")
+    echo(f"   {fit('plain hybrid search', width)} | HyDE (recorded capable model)")
     for i in range(5):
-        left = _label(s.raw.results[i], s.relevant, width) if i < len(s.raw.results) else ""
-        right = _label(s.hyde.results[i], s.relevant, width) if i < len(s.hyde.results) else ""
-        echo(f"{i + 1:>2} {left:<{width}} | {right}")
+        left = _label(s.raw.results[i], s.relevant, width) if i < len(s.raw.results) else fit("", width)
+        right = _label(s.hyde.results[i], s.relevant, width).rstrip() if i < len(s.hyde.results) else ""
+        echo(f"{i + 1:>2} {left} | {right}")
     raw_rank, hyde_rank = _rank(s.raw, s.relevant), _rank(s.hyde, s.relevant)
     echo(f"   relevant entry (✓, from the eval set's qrels): rank {raw_rank or '>5'} without HyDE, "
          f"rank {hyde_rank} with HyDE")
@@ -117,6 +117,7 @@ def run_demo(settings: Settings, echo: Callable[[str], None], *, eval_dir: Path 
 def _live(settings: Settings, retriever: Retriever, echo: Callable[[str], None]) -> None:
     echo("\n" + "=" * 100)
     echo(f"2) One LIVE HyDE search with the configured LLM: {describe_backend(settings)}")
+    echo("   starting the model and writing a hypothesis (the embedded model: about 15-20 s on 2 cores)…")
     hr = HydeRetriever.from_settings(settings, retriever=retriever)
     started = time.perf_counter()
     try:
@@ -136,10 +137,11 @@ def _live(settings: Settings, retriever: Retriever, echo: Callable[[str], None])
             "empty_hypotheses": "the model wrote no usable Korean entry",
             "off_topic": "the hypothesis found other entries than the question itself",
             "timeout": "generation took longer than HYDE_HYDE__TIMEOUT_S",
-        }.get(res.fallback_reason or "", "see errors") + ")"
+        }.get(res.fallback_reason or "", "; ".join(res.errors[:2]) or "see errors") + ")"
     echo(f"   outcome: {outcome}; {seconds:.1f} s in all (model start included), "
          f"generation {res.timings.generate_ms / 1000:.1f} s")
+    echo(f"   {fit('plain hybrid search', 40)} | live HyDE ({res.status()})")
     for i, (a, b) in enumerate(zip(raw.results, res.results, strict=False), start=1):
-        echo(f"{i:>2} {_label(a, frozenset(), 40):<40} | {_label(b, frozenset(), 40)}")
+        echo(f"{i:>2} {_label(a, frozenset(), 40)} | {_label(b, frozenset(), 40).rstrip()}")
     echo("   This is why plain hybrid search is the default with the embedded model (README, first section); "
          "set HYDE_OPENAI__API_KEY (or OPENAI_API_KEY) or HYDE_LLM__BASE_URL for HyDE that helps.")

