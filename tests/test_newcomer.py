@@ -119,3 +119,40 @@ def test_compare_columns_line_up_with_korean_text() -> None:
     lines = side_by_side(raw, hyde, width=30)
     bars = {display_width(line[: line.index(" | ")]) for line in lines}
     assert len(bars) == 1  # the separator sits in the same terminal column on every line
+
+
+# -- small things -------------------------------------------------------------------------------------
+
+def test_russian_plurals_in_the_chat() -> None:
+    from hyde_tutor.plugin.chat import ru_plural
+
+    forms = ("результат", "результата", "результатов")
+    assert [ru_plural(n, *forms) for n in (1, 3, 5, 11, 12, 21, 22, 25)] == [
+        "результат", "результата", "результатов", "результатов", "результатов", "результат", "результата",
+        "результатов"]
+
+
+def test_reingesting_unchanged_files_reports_no_rate(small_corpus: Path) -> None:
+    assert _invoke("ingest", "--collection", "grammar", "--file", str(small_corpus)).exit_code == 0
+    again = _invoke("ingest", "--collection", "grammar", "--file", str(small_corpus))
+    assert "nothing to write" in again.output and "0 docs/s" not in again.output
+
+
+def test_the_cli_starts_without_loading_the_engines() -> None:
+    """`hyde-tutor --help` took 3.3 s importing qdrant-client, pydantic-ai and the embedders at start-up."""
+    import subprocess
+    import sys
+
+    code = ("import sys, hyde_tutor.cli; "
+            "print(sorted(m for m in ('qdrant_client', 'pydantic_ai', 'openai', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_clis_fusion_modes_are_the_engines() -> None:
+    from typing import get_args
+
+    from hyde_tutor.cli.app import FUSION_MODES
+    from hyde_tutor.hyde.policy import FusionMode
+
+    assert FUSION_MODES == get_args(FusionMode)

@@ -1,55 +1,86 @@
-"""hyde-tutor: HyDE retrieval for pydantic-ai tutoring agents, on Qdrant, offline by default."""
+"""hyde-tutor: HyDE retrieval for pydantic-ai tutoring agents, on Qdrant, offline by default.
+
+Every public name is importable from here (``from hyde_tutor import HydeRetriever``); each is loaded on
+first use (PEP 562), so ``import hyde_tutor`` and ``hyde-tutor --help`` do not pay for qdrant-client,
+pydantic-ai and the embedders up front.
+"""
 
 from __future__ import annotations
 
-from .retrieval.analysis import KoreanAwareAnalyzer
-from .config import Settings
-from .corpus.documents import Document, point_id_for
-from .retrieval.embedders import (
-    DenseEmbedder,
-    OpenAIEmbedder,
-    PydanticAIEmbedder,
-    SentenceTransformerEmbedder,
-    UseEmbedder,
-    make_dense_embedder,
-)
-from .errors import (
-    CollectionNotFoundError,
-    CorpusFormatError,
-    EmbedderError,
-    EmbedderMismatchError,
-    HydeTutorError,
-    QueryValidationError,
-    StoreLockedError,
-    StoreUnavailableError,
-)
-from .plugin.experiment import Decision, Experiment, ReloadableExperiment, decide
-from .hyde.fusion import agreement, max_score_fusion, mean_vector, protect_head, reciprocal_rank_fusion, weighted_score_fusion
-from .hyde import HydePolicy, HydeResult, HydeRetriever, RetrievedDoc
-from .hyde.hypotheses import HypothesisGenerator
-from .llm.backends import LLMBackend, make_llm
-from .plugin.monitor import Monitor, RetrievalRecord
-from .plugin.toolset import HydeSearchToolset, TutorDeps, hyde_capability, tutor_instructions
-from .plugin.tutor import HydeTutor, RetrieveFirst
-from .llm.recordings import NotRecordedError, Recording, RecordingBook, ReplayModel
-from .corpus.ingest import IngestReport, ingest_documents, ingest_file
-from .hyde.question_index import QuestionIngestReport, ingest_questions
-from .hyde.questions import QuestionCache, QuestionGenerator, parse_questions, question_generator_from_settings
-from .retrieval.retriever import Retriever
-from .retrieval.sparse import Bm25Encoder, SparseVec
-from .retrieval.store import (
-    CollectionSpec,
-    EdgeStore,
-    Hit,
-    QdrantClientStore,
-    SearchRequest,
-    VectorStore,
-    open_store,
-    questions_collection,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+_EXPORTS: dict[str, str] = {
+    "KoreanAwareAnalyzer": ".retrieval.analysis",
+    "Settings": ".config",
+    "Document": ".corpus.documents",
+    "point_id_for": ".corpus.documents",
+    "DenseEmbedder": ".retrieval.embedders",
+    "OpenAIEmbedder": ".retrieval.embedders",
+    "PydanticAIEmbedder": ".retrieval.embedders",
+    "SentenceTransformerEmbedder": ".retrieval.embedders",
+    "UseEmbedder": ".retrieval.embedders",
+    "make_dense_embedder": ".retrieval.embedders",
+    "CollectionNotFoundError": ".errors",
+    "CorpusFormatError": ".errors",
+    "EmbedderError": ".errors",
+    "EmbedderMismatchError": ".errors",
+    "HydeTutorError": ".errors",
+    "QueryValidationError": ".errors",
+    "StoreLockedError": ".errors",
+    "StoreUnavailableError": ".errors",
+    "Decision": ".plugin.experiment",
+    "Experiment": ".plugin.experiment",
+    "ReloadableExperiment": ".plugin.experiment",
+    "decide": ".plugin.experiment",
+    "agreement": ".hyde.fusion",
+    "max_score_fusion": ".hyde.fusion",
+    "mean_vector": ".hyde.fusion",
+    "protect_head": ".hyde.fusion",
+    "reciprocal_rank_fusion": ".hyde.fusion",
+    "weighted_score_fusion": ".hyde.fusion",
+    "HydePolicy": ".hyde",
+    "HydeResult": ".hyde",
+    "HydeRetriever": ".hyde",
+    "RetrievedDoc": ".hyde",
+    "HypothesisGenerator": ".hyde.hypotheses",
+    "LLMBackend": ".llm.backends",
+    "make_llm": ".llm.backends",
+    "Monitor": ".plugin.monitor",
+    "RetrievalRecord": ".plugin.monitor",
+    "HydeSearchToolset": ".plugin.toolset",
+    "TutorDeps": ".plugin.toolset",
+    "hyde_capability": ".plugin.toolset",
+    "tutor_instructions": ".plugin.toolset",
+    "HydeTutor": ".plugin.tutor",
+    "RetrieveFirst": ".plugin.tutor",
+    "NotRecordedError": ".llm.recordings",
+    "Recording": ".llm.recordings",
+    "RecordingBook": ".llm.recordings",
+    "ReplayModel": ".llm.recordings",
+    "IngestReport": ".corpus.ingest",
+    "ingest_documents": ".corpus.ingest",
+    "ingest_file": ".corpus.ingest",
+    "QuestionIngestReport": ".hyde.question_index",
+    "ingest_questions": ".hyde.question_index",
+    "QuestionCache": ".hyde.questions",
+    "QuestionGenerator": ".hyde.questions",
+    "parse_questions": ".hyde.questions",
+    "question_generator_from_settings": ".hyde.questions",
+    "Retriever": ".retrieval.retriever",
+    "Bm25Encoder": ".retrieval.sparse",
+    "SparseVec": ".retrieval.sparse",
+    "CollectionSpec": ".retrieval.store",
+    "EdgeStore": ".retrieval.store",
+    "Hit": ".retrieval.store",
+    "QdrantClientStore": ".retrieval.store",
+    "SearchRequest": ".retrieval.store",
+    "VectorStore": ".retrieval.store",
+    "open_store": ".retrieval.store",
+    "questions_collection": ".retrieval.store",
+}
 __all__ = [
     "Decision",
     "Experiment",
@@ -119,3 +150,39 @@ __all__ = [
     "question_generator_from_settings",
     "questions_collection",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+if TYPE_CHECKING:  # the eager imports, for type checkers and IDEs
+    from .retrieval.analysis import KoreanAwareAnalyzer  # noqa: F401
+    from .config import Settings  # noqa: F401
+    from .corpus.documents import Document, point_id_for  # noqa: F401
+    from .retrieval.embedders import DenseEmbedder, OpenAIEmbedder, PydanticAIEmbedder, SentenceTransformerEmbedder, UseEmbedder, make_dense_embedder  # noqa: F401
+    from .errors import CollectionNotFoundError, CorpusFormatError, EmbedderError, EmbedderMismatchError, HydeTutorError, QueryValidationError, StoreLockedError, StoreUnavailableError  # noqa: F401
+    from .plugin.experiment import Decision, Experiment, ReloadableExperiment, decide  # noqa: F401
+    from .hyde.fusion import agreement, max_score_fusion, mean_vector, protect_head, reciprocal_rank_fusion, weighted_score_fusion  # noqa: F401
+    from .hyde import HydePolicy, HydeResult, HydeRetriever, RetrievedDoc  # noqa: F401
+    from .hyde.hypotheses import HypothesisGenerator  # noqa: F401
+    from .llm.backends import LLMBackend, make_llm  # noqa: F401
+    from .plugin.monitor import Monitor, RetrievalRecord  # noqa: F401
+    from .plugin.toolset import HydeSearchToolset, TutorDeps, hyde_capability, tutor_instructions  # noqa: F401
+    from .plugin.tutor import HydeTutor, RetrieveFirst  # noqa: F401
+    from .llm.recordings import NotRecordedError, Recording, RecordingBook, ReplayModel  # noqa: F401
+    from .corpus.ingest import IngestReport, ingest_documents, ingest_file  # noqa: F401
+    from .hyde.question_index import QuestionIngestReport, ingest_questions  # noqa: F401
+    from .hyde.questions import QuestionCache, QuestionGenerator, parse_questions, question_generator_from_settings  # noqa: F401
+    from .retrieval.retriever import Retriever  # noqa: F401
+    from .retrieval.sparse import Bm25Encoder, SparseVec  # noqa: F401
+    from .retrieval.store import CollectionSpec, EdgeStore, Hit, QdrantClientStore, SearchRequest, VectorStore, open_store, questions_collection  # noqa: F401

@@ -6,15 +6,19 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn, get_args
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
 
 from ..config import Settings
 from ..errors import HydeTutorError
-from ..hyde import FusionMode, HydeRetriever
-from ..retrieval.retriever import Retriever
+if TYPE_CHECKING:  # imported where used: `hyde-tutor --help` does not load the engines
+    from ..hyde import HydeRetriever
+    from ..retrieval.retriever import Retriever
+
+FUSION_MODES = ("rrf", "max", "mean", "score")
+"""``hyde.policy.FusionMode``'s values, spelled out so the CLI starts without importing the engine."""
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="HyDE retrieval for Korean-tutor agents.")
 
@@ -60,13 +64,15 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def check_fusion(fusion: str | None) -> None:
-    if fusion not in (None, *get_args(FusionMode)):
-        fail(f"--fusion must be one of {', '.join(get_args(FusionMode))}, not {fusion!r}.")
+    if fusion not in (None, *FUSION_MODES):
+        fail(f"--fusion must be one of {', '.join(FUSION_MODES)}, not {fusion!r}.")
 
 
 @contextmanager
 def open_retriever() -> Iterator[Retriever]:
     """The configured retriever, closed afterwards; a library error becomes a CLI error."""
+    from ..retrieval.retriever import Retriever
+
     retriever: Retriever | None = None
     try:
         retriever = Retriever.from_settings(Settings())
@@ -80,6 +86,7 @@ def open_retriever() -> Iterator[Retriever]:
 
 def open_hyde(settings: Settings | None = None) -> HydeRetriever:
     """The configured HyDE retriever (says on stderr which LLM writes the hypotheses)."""
+    from ..hyde import HydeRetriever
     from ..llm.backends import backend_problem, describe_backend
 
     settings = settings or Settings()

@@ -5,17 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..config import Settings
 from ..corpus.documents import iter_jsonl_documents, to_beir_record
 from ..errors import HydeTutorError
-from ..corpus.ingest import ingest_file, read_documents
-from ..retrieval.retriever import Retriever
-from ..retrieval.validation import validate_query
 from .app import app, fail, open_retriever, read_queries
+
+
+if TYPE_CHECKING:
+    from ..retrieval.retriever import Retriever
 
 
 @app.command()
@@ -32,6 +33,7 @@ def ingest(
         "--sync", help="Also delete the points of documents that are no longer in the file (reports how many).")] = False,
 ) -> None:
     """Ingest a JSONL file. Re-running writes only new or changed documents (and their questions)."""
+    from ..corpus.ingest import ingest_file
     settings = Settings()
     with open_retriever() as r:
         report = ingest_file(file, collection, r.store, r.dense, r.sparse, recreate=recreate,
@@ -45,6 +47,7 @@ def ingest(
 
 def _ingest_questions(settings: Settings, r: Retriever, file: Path, collection: str, k: int, regenerate: bool,
                       recreate: bool) -> str:
+    from ..corpus.ingest import read_documents
     from ..hyde.question_index import ingest_questions
     from ..hyde.questions import question_generator_from_settings
 
@@ -107,6 +110,8 @@ def record(
 
     Resumable: a re-run skips every (query, perspective, prompt files) already in --out.
     """
+    from ..corpus.ingest import read_documents
+    from ..retrieval.validation import validate_query
     from ..hyde.hypotheses import HypothesisGenerator
     from ..llm.backends import describe_backend, make_llm
     from ..hyde.questions import QuestionGenerator

@@ -7,17 +7,18 @@ from collections import Counter
 from contextlib import ExitStack
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..evaluation.arms import ARM_NAMES, HYDE_ARMS, RAW_ARMS, HydeArm, raw_arm
 from ..config import Settings
 from ..corpus.documents import iter_jsonl_documents
 from ..errors import HydeTutorError
-from ..evaluation.beir import BeirDataset, evaluate_arms, load_beir, report_json, report_table
-from ..corpus.ingest import ingest_file
 from .app import app, check_fusion, fail, open_hyde
+
+
+if TYPE_CHECKING:
+    from ..evaluation.beir import BeirDataset
 
 
 @app.command("eval")
@@ -34,6 +35,8 @@ def evaluate(
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of nDCG@10 and recall@5 per arm and query group.")] = None,
 ) -> None:
     """Score arms on the same queries: recall@1/5/10, precision@5, MRR@10, nDCG@10, per query group."""
+    from ..evaluation.arms import ARM_NAMES, HYDE_ARMS, HydeArm, RAW_ARMS, raw_arm
+    from ..evaluation.beir import evaluate_arms, report_json, report_table
     check_fusion(fusion)
     names = [a.strip() for a in arms.split(",") if a.strip()]
     unknown = [a for a in names if a not in ARM_NAMES]
@@ -77,6 +80,7 @@ def evaluate(
 
 
 def _load(dataset: Path, limit: int | None) -> BeirDataset:
+    from ..evaluation.beir import load_beir
     try:
         data = load_beir(dataset)
     except HydeTutorError as exc:
@@ -88,6 +92,7 @@ def _load(dataset: Path, limit: int | None) -> BeirDataset:
 
 
 def _ensure_collection(r: Any, collection: str, data: BeirDataset, dataset: Path, quiet: bool) -> None:
+    from ..corpus.ingest import ingest_file
     if collection in r.store.list_collections():
         return
     if not data.corpus_path.is_file():
@@ -146,6 +151,7 @@ def bench(
 
 
 def _bench_pipeline(settings: Settings, docs: list[Any], latency_ms: float, n_queries: int, as_json: bool) -> None:
+    from ..evaluation.beir import load_beir
     from ..evaluation.pipeline_bench import run_pipeline_bench
 
     try:

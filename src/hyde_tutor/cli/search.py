@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ..errors import HydeTutorError
-from ..hyde import HydeResult, RetrievedDoc
 from ..corpus.rendering import fit, payload_label
-from ..retrieval.retriever import SearchMode
-from ..retrieval.store import Hit
+
+if TYPE_CHECKING:
+    from ..hyde import HydeResult, RetrievedDoc
+    from ..retrieval.retriever import SearchMode
+    from ..retrieval.store import Hit
 from .app import app, check_fusion, fail, json_line, open_hyde, open_retriever, read_queries
 
 
@@ -87,6 +89,8 @@ def _hit_line(rank: int, hit: Hit, schema: Any = None) -> str:
 
 
 def _print_result(qid: str, res: HydeResult, schema: Any = None) -> None:
+    from ..retrieval.store import Hit
+
     typer.echo(f"\n[{qid}] {res.query}  -> {res.status()}, {res.timings.total_ms:.0f} ms")
     for h in res.hypotheses:
         typer.echo(f"   hypothesis [{h.perspective}]: {h.text[:160]}{'…' if len(h.text) > 160 else ''}")

@@ -47,7 +47,7 @@ class IngestReport:
             f"{len(self.bad_lines)} bad lines; "
             + ("" if self.deleted is None else f"{self.deleted} deleted (no longer in the file); ")
             + f"{self.points_in_collection} points in collection; "
-            f"{self.seconds:.1f} s ({rate:.0f} docs/s)"
+            + (f"{self.seconds:.1f} s ({rate:.0f} docs/s)" if self.written else f"{self.seconds:.1f} s, nothing to write")
         ]
         lines += [f"  skipped {err}" for err in self.bad_lines]
         return "\n".join(lines)

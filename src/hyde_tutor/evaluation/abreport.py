@@ -107,10 +107,11 @@ def differences(records: Sequence[dict[str, Any]], by: Grouping = "assigned") ->
     by_arm = {arm: [r for r in records if group_of(r, by) == arm] for arm in ARMS}
     if not all(by_arm.values()):
         return []
+    # no top-score difference: HyDE's fused scores and raw hybrid scores are on different scales
     signals = {
         "total_ms": _total,
         "results": lambda r: float(r.get("results", 0)),
-        "top_score": lambda r: float(r["top_score"]) if r.get("top_score") is not None else float("nan"),
+        "llm_calls": lambda r: float(r.get("llm_calls", 0)),
     }
     out = []
     for name, fn in signals.items():

@@ -13,6 +13,8 @@ found and one line saying the model could not answer.
 
 from __future__ import annotations
 
+import html
+
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -137,6 +139,15 @@ def _search_now(deps: TutorDeps, question: str) -> list[dict[str, Any]]:
         return []
 
 
+def ru_plural(n: int, one: str, few: str, many: str) -> str:
+    """The Russian word form for ``n``: 1 результат, 3 результата, 5 результатов (11-14 take ``many``)."""
+    if n % 10 == 1 and n % 100 != 11:
+        return one
+    if 2 <= n % 10 <= 4 and not 12 <= n % 100 <= 14:
+        return few
+    return many
+
+
 def chat_loop(agent: Agent[TutorDeps, str], deps: TutorDeps, read: Callable[[], str | None],
               write: Callable[[str], None], max_requests: int = 6, *, show_time: bool = False) -> int:
     """Read a line, answer it, show the tool calls and HyDE use; stop at EOF or /exit. Returns turns taken."""
@@ -154,10 +165,11 @@ def chat_loop(agent: Agent[TutorDeps, str], deps: TutorDeps, read: Callable[[], 
             write(f"  → {call}")
         for rec in turn.records:
             how = "HyDE" if rec.used_hyde else f"без HyDE ({rec.fallback_reason or rec.reason})"
-            write(f"  ← {rec.tool}: {rec.results} результатов, {how}, arm={rec.arm}, {rec.total_ms:.0f} мс")
+            write(f"  ← {rec.tool}: {rec.results} {ru_plural(rec.results, 'результат', 'результата', 'результатов')}, "
+                  f"{how}, arm={rec.arm}, {rec.total_ms:.0f} мс")
         if turn.found and turn.model_error is None:
             write("  найдено: " + "; ".join(entry_label(e) for e in turn.found[:4]))
-        write(turn.text)
+        write(html.unescape(turn.text))  # llama.cpp's replies can carry HTML entities (&#34;가고 싶어요.&#34;)
         if show_time:
             write(f"  ({turn.seconds:.1f} с)")
         turns += 1
