@@ -156,3 +156,21 @@ def test_the_clis_fusion_modes_are_the_engines() -> None:
     from hyde_tutor.hyde.policy import FusionMode
 
     assert FUSION_MODES == get_args(FusionMode)
+
+
+def test_search_sync_for_scripts_and_a_clear_error_inside_a_loop(retriever) -> None:
+    import asyncio
+
+    from hyde_tutor.config import HydeSettings
+    from hyde_tutor.errors import HydeTutorError
+    from hyde_tutor.hyde import HydeRetriever
+
+    hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
+    res = hr.search_sync("grammar", "хочу поехать", top_k=2)
+    assert res.results and not res.used_hyde
+
+    async def inside() -> None:
+        hr.search_sync("grammar", "хочу поехать")
+
+    with pytest.raises(HydeTutorError, match="await hr.search"):
+        asyncio.run(inside())

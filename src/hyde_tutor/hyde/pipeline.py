@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import HydeSettings, QuestionSettings, Settings
-from ..errors import CollectionNotFoundError
+from ..errors import CollectionNotFoundError, HydeTutorError
 from .domains import DOMAINS
 from .hypotheses import Domain, GenerationResult, Hypothesis, HypothesisGenerator, shape_hypothesis
 from ..llm.generation import TokenUsage
@@ -190,8 +190,20 @@ class HydeRetriever:
         return await self.execute(SearchRequest(collection=collection, text=query, **options))
 
     def search_sync(self, collection: str, query: Any, **options: Any) -> HydeResult:
-        """:meth:`search` for code without an event loop (a script, a notebook cell that is not async)."""
-        return asyncio.run(self.search(collection, query, **options))
+        """:meth:`search` for code without an event loop (a script, a REPL)::
+
+            hr = HydeRetriever.from_settings(Settings())
+            for doc in hr.search_sync("grammar", "Как сказать, что я хочу поехать в Пусан?").results:
+                print(doc.id, doc.payload.get("pattern"))
+
+        Inside async code (an agent, a Jupyter cell) ``await hr.search(...)`` instead.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.search(collection, query, **options))
+        raise HydeTutorError("search_sync() was called inside a running event loop (async code or Jupyter): "
+                             "use `await hr.search(collection, query)` there.")
 
     async def execute(self, request: SearchRequest) -> HydeResult:
         """Run the pipeline for one :class:`SearchRequest` (see :meth:`search`)."""
