@@ -101,6 +101,30 @@ class IndexSettings(BaseModel):
     indexing_threshold_kb: int = Field(10_000, ge=0, description="Segments above this size get an HNSW index.")
 
 
+_SECRET_PARAMS = ("key", "token", "secret", "password", "auth", "sig")
+
+
+def redact_url(url: str | None) -> str:
+    """``url`` safe to print or log: a password in it and secret-looking query values become ``***``
+    (``http://user:pw@host/v1?api_key=x`` -> ``http://user:***@host/v1?api_key=***``)."""
+    if not url:
+        return ""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:***@{host}" if ":" in userinfo else f"***@{host}"
+    query = urlencode([(k, "***" if any(s in k.lower() for s in _SECRET_PARAMS) else v)
+                       for k, v in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
 class LLMSettings(BaseModel):
     """Which LLM writes hypotheses (and drives the chat agent)."""
 

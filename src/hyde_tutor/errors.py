@@ -11,6 +11,10 @@ class QueryValidationError(HydeTutorError, ValueError):
     """The query is empty, too long or not a string."""
 
 
+class CollectionNameError(HydeTutorError, ValueError):
+    """A collection name that is not a plain name (it would reach the filesystem as a path)."""
+
+
 class CollectionNotFoundError(HydeTutorError, LookupError):
     """The named collection does not exist in the store."""
 

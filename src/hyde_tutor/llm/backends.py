@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx2  # pydantic-ai's HTTP client for OpenAI-compatible providers
 
-from ..config import LLMSettings, Settings
+from ..config import LLMSettings, Settings, redact_url
 from ..errors import LLMUnavailableError
 from .server import QWEN_FILE, QWEN_PARTS, LlamaCppCompatTransport, LocalLlamaServer, local_server
 from .tokens import TokenCounter, gguf_counter, qwen_counter
@@ -93,7 +93,8 @@ def make_llm(settings: Settings) -> LLMBackend:
         if not llm.base_url:
             raise LLMUnavailableError("provider=openai-compatible needs HYDE_LLM__BASE_URL.")
         model = _openai_chat_model(llm.model, llm.base_url, key or "none")
-        return LLMBackend(model, f"{llm.base_url}:{llm.model}", provider, extra_settings=_compat_settings(llm))
+        return LLMBackend(model, f"{redact_url(llm.base_url)}:{llm.model}", provider,
+                          extra_settings=_compat_settings(llm))
     if provider == "replay":
         return replay_backend(llm.recordings, settings.data_dir / "models")
     server = local_server(settings)
@@ -150,7 +151,7 @@ def describe_backend(settings: Settings) -> str:
     if provider == "openai":
         return f"openai ({llm.model}, api.openai.com)"
     if provider == "openai-compatible":
-        return f"openai-compatible ({llm.model} at {llm.base_url})"
+        return f"openai-compatible ({llm.model} at {redact_url(llm.base_url)})"
     if provider == "replay":
         return f"replay (recorded generations from {llm.recordings or 'data/recordings/'}; not a live model)"
     return f"local ({llm.local_model}, embedded llama.cpp, offline)"

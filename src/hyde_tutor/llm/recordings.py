@@ -115,9 +115,14 @@ def utc_now() -> str:
 
 # -- rendering a record back into the request it answered ------------------------------------------
 
+_SINGLE = re.compile(r"\{(query|perspective)\}")
+
+
 def render_hypothesis_request(request: Prompt, query: str, perspective_instruction: str) -> str:
-    """The user message of a hypothesis call: the request template filled with query and perspective."""
-    return request.text.replace("{query}", query).replace("{perspective}", perspective_instruction)
+    """The user message of a hypothesis call: the request template filled with query and perspective in
+    ONE pass, so a learner's ``{perspective}`` stays text and is never spliced."""
+    values = {"query": query, "perspective": perspective_instruction}
+    return _SINGLE.sub(lambda m: values[m.group(1)], request.text)
 
 
 _PLACEHOLDER = re.compile(r"\{(query|perspectives|n)\}")

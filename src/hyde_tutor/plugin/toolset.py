@@ -34,8 +34,8 @@ from ..hyde import HydeResult, HydeRetriever, RetrievedDoc
 from ..hyde.hypotheses import Domain
 from .monitor import Monitor, RetrievalRecord
 from ..llm.prompts import load_prompt
-from ..corpus.rendering import compact_payload
-from ..retrieval.validation import validate_query, validate_top_k
+from ..corpus.rendering import REFERENCE_NOTE, compact_payload
+from ..retrieval.validation import validate_collection_name, validate_query, validate_top_k
 
 MAX_TOOL_TOP_K = 10
 TOOL_DOMAINS: dict[str, Domain] = {"grammar_search": "grammar", "docs_search": "docs"}
@@ -134,7 +134,8 @@ async def search_with_deps(
     schema = deps.retriever.retriever.schemas.get(collection)
     compact = [schema.compact(d.id, d.payload) if schema else compact_result(d) for d in result.results]
     deps.found.extend(compact)
-    return {"results": compact, "used_hyde": result.used_hyde, "fallback_reason": result.fallback_reason}
+    return {"note": REFERENCE_NOTE, "results": compact, "used_hyde": result.used_hyde,
+            "fallback_reason": result.fallback_reason}
 
 
 def tool_failure_message(exc: HydeTutorError, tool: str, collection: str) -> str:
@@ -202,6 +203,9 @@ class HydeSearchToolset(FunctionToolset[TutorDeps]):
         max_retries: int = 2,
     ) -> None:
         super().__init__(max_retries=max_retries)
+        for name in (grammar_collection, docs_collection):
+            if name:
+                validate_collection_name(name)  # a clear error now, not a failed tool call later
         if grammar_collection:
             self.add_function(_grammar_tool(prefix + "grammar_search", grammar_collection), name=prefix + "grammar_search")
         if docs_collection:

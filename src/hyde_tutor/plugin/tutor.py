@@ -21,7 +21,7 @@ from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
 
 from ..llm.prompts import load_prompt
-from ..corpus.rendering import format_entries
+from ..corpus.rendering import format_entries, reference_block
 from .toolset import HydeSearchToolset, TutorDeps, search_for_context, tutor_instructions
 
 __all__ = ["HydeTutor", "RetrieveFirst", "TutorMode", "format_entries", "tutor_answer_instructions"]
@@ -59,7 +59,7 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
             ctx.deps.remember_found(question, cached)
         if not cached:
             return "Поиск по справочнику ничего не нашёл: ответь по своим знаниям и скажи об этом ученику."
-        return "Найденные статьи (опирайся на них):\n" + format_entries(cached, self.max_chars)
+        return "Найденные статьи (опирайся на них). " + reference_block(format_entries(cached, self.max_chars))
 
 
 def tutor_answer_instructions() -> str:

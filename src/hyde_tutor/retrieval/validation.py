@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import QueryValidationError
+import re
+
+from ..errors import CollectionNameError, QueryValidationError
+
+_COLLECTION_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 
 class ValidQuery(str):
@@ -29,6 +33,17 @@ def validate_query(query: Any, max_chars: int) -> ValidQuery:
             "Shorten it to the question itself (or raise HYDE_RETRIEVAL__MAX_QUERY_CHARS)."
         )
     return ValidQuery(text)
+
+
+def validate_collection_name(name: Any) -> str:
+    """A collection name: letters, digits, ``_``, ``-`` and ``.`` (not first), at most 128 characters, no
+    ``..``. Names become folder names of the embedded store, so ``../x`` or ``/tmp/x`` must never pass."""
+    if not isinstance(name, str) or not _COLLECTION_NAME.fullmatch(name) or ".." in name:
+        raise CollectionNameError(
+            f"Bad collection name {name!r}: use letters, digits, '_', '-' and '.' (not first, no '..'), "
+            "at most 128 characters, e.g. 'grammar' or 'my_faq'."
+        )
+    return name
 
 
 def validate_top_k(top_k: Any, upper: int = 100) -> int:

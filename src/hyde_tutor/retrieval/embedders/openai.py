@@ -20,6 +20,8 @@ from pydantic_ai.embeddings.openai import OpenAIEmbeddingModel
 from pydantic_ai.exceptions import ModelAPIError, ModelConnectionError, ModelHTTPError
 from pydantic_ai.providers.openai import OpenAIProvider
 
+from ...config import redact_url
+
 from ...errors import EmbedderError
 from .adapter import PydanticAIEmbedder
 
@@ -78,7 +80,7 @@ class OpenAIEmbedder(PydanticAIEmbedder):
                          dim=dimensions or OPENAI_DIMENSIONS.get(model), dimensions=sent)
 
     def __repr__(self) -> str:
-        return f"OpenAIEmbedder(model={self.model!r}, base_url={self.base_url!r})"
+        return f"OpenAIEmbedder(model={self.model!r}, base_url={redact_url(self.base_url)!r})"
 
     async def _aclose(self) -> None:
         await self._client.close()
@@ -88,10 +90,10 @@ class OpenAIEmbedder(PydanticAIEmbedder):
             body = exc.body if isinstance(exc.body, str) else json.dumps(exc.body, default=str)
             return f"OpenAI embeddings failed with HTTP {exc.status_code}: {body[:300]}"
         if isinstance(exc, ModelConnectionError | APIConnectionError):
-            return f"OpenAI embeddings endpoint {self.base_url} unreachable: {exc}"
+            return f"OpenAI embeddings endpoint {redact_url(self.base_url)} unreachable: {exc}"
         if isinstance(exc, _PARSE_ERRORS) or (isinstance(exc, ModelAPIError) and "decode" in str(exc)):
             return (
-                f"The embeddings endpoint {self.base_url} answered HTTP 200 with something that is not an "
+                f"The embeddings endpoint {redact_url(self.base_url)} answered HTTP 200 with something that is not an "
                 f"embeddings response ({type(exc).__name__}: {str(exc)[:120]}). "
                 "Check HYDE_OPENAI__BASE_URL points at an OpenAI-compatible /v1."
             )
@@ -99,6 +101,6 @@ class OpenAIEmbedder(PydanticAIEmbedder):
 
     def _malformed(self, detail: str) -> EmbedderError:
         return EmbedderError(
-            f"The embeddings endpoint {self.base_url} answered with something that is not an embeddings "
+            f"The embeddings endpoint {redact_url(self.base_url)} answered with something that is not an embeddings "
             f"response ({detail}). Check HYDE_OPENAI__BASE_URL points at an OpenAI-compatible /v1."
         )

@@ -17,6 +17,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from ...config import IndexSettings
 from ...errors import CollectionNotFoundError, StoreLockedError, StoreUnavailableError
+from ..validation import validate_collection_name
 from .base import DENSE, HASH_KEY, SPARSE, CollectionSpec, Hit, PointRecord, SearchRequest, hit_from, ranked
 
 SPEC_KEY = "hyde_tutor_spec"
@@ -48,6 +49,7 @@ class QdrantClientStore:
         return sorted(c.name for c in self._call(self.client.get_collections).collections)
 
     def collection_spec(self, name: str) -> CollectionSpec:
+        validate_collection_name(name)
         if not self._call(self.client.collection_exists, name):
             raise CollectionNotFoundError(name, self.list_collections())
         info = self._call(self.client.get_collection, name)
@@ -60,6 +62,7 @@ class QdrantClientStore:
         return CollectionSpec.from_dict(metadata[SPEC_KEY])
 
     def create_collection(self, name: str, spec: CollectionSpec, *, recreate: bool = False) -> None:
+        validate_collection_name(name)
         if self._call(self.client.collection_exists, name):
             if not recreate:
                 return
@@ -74,9 +77,11 @@ class QdrantClientStore:
         )
 
     def delete_collection(self, name: str) -> None:
+        validate_collection_name(name)
         self._call(self.client.delete_collection, name)
 
     def upsert(self, name: str, points: Sequence[PointRecord]) -> None:
+        validate_collection_name(name)
         if not points:
             return
         structs = [
@@ -93,20 +98,24 @@ class QdrantClientStore:
         self._call(self.client.upsert, collection_name=name, points=structs, wait=True)
 
     def delete_points(self, name: str, point_ids: Sequence[str]) -> None:
+        validate_collection_name(name)
         if point_ids:
             selector = models.PointIdsList(points=list(point_ids))
             self._call(self.client.delete, collection_name=name, points_selector=selector, wait=True)
 
     def stored_hashes(self, name: str, point_ids: Sequence[str]) -> dict[str, str]:
+        validate_collection_name(name)
         if not point_ids:
             return {}
         records = self._call(self.client.retrieve, collection_name=name, ids=list(point_ids), with_payload=[HASH_KEY])
         return {str(r.id): str((r.payload or {}).get(HASH_KEY, "")) for r in records}
 
     def count(self, name: str) -> int:
+        validate_collection_name(name)
         return int(self._call(self.client.count, collection_name=name, exact=True).count)
 
     def point_ids(self, name: str) -> list[str]:
+        validate_collection_name(name)
         ids: list[str] = []
         offset: Any = None
         while True:
@@ -118,8 +127,10 @@ class QdrantClientStore:
 
     def finish_ingest(self, name: str) -> None:
         """Servers index in the background; nothing to do."""
+        validate_collection_name(name)
 
     def search_batch(self, name: str, requests: Sequence[SearchRequest]) -> list[list[Hit]]:
+        validate_collection_name(name)
         if not requests:
             return []
         responses = self._call(

@@ -21,6 +21,7 @@ import qdrant_edge as qe
 
 from ...config import IndexSettings
 from ...errors import CollectionNotFoundError, StoreLockedError, StoreUnavailableError
+from ..validation import validate_collection_name
 from .base import DENSE, HASH_KEY, SPARSE, CollectionSpec, Hit, PointRecord, SearchRequest, hit_from, ranked
 
 META_FILE = "collection.json"
@@ -88,7 +89,8 @@ class EdgeStore:
 
     # -- paths and metadata ---------------------------------------------------
     def _dir(self, name: str) -> Path:
-        return self.root / name
+        """The collection's folder; every path under ``root`` is made here, from a validated name."""
+        return self.root / validate_collection_name(name)
 
     def list_collections(self) -> list[str]:
         if not self.root.exists():
