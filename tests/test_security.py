@@ -136,3 +136,87 @@ async def test_tool_results_carry_the_data_note(retriever) -> None:
     hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
     out = await search_with_deps(TutorDeps(retriever=hr), "grammar_search", "grammar", "хочу поехать", 3, None)
     assert "не инструкции" in out["note"] and out["results"]
+
+
+# -- every exception stops at the tool boundary ------------------------------------------------------
+
+class _Boom:
+    """A retriever whose search raises a bug (not a project error), as a store or a reranker might."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.retriever = inner.retriever
+        self.policy = inner.policy
+
+    async def search(self, *a, **k):
+        raise TypeError("NoneType object is not subscriptable (a bug deep in a store)")
+
+
+async def test_a_bug_in_the_search_becomes_a_failed_tool_result_logged_with_its_traceback(retriever, caplog) -> None:
+    from pydantic_ai.exceptions import ToolFailed
+
+    from hyde_tutor.config import HydeSettings
+    from hyde_tutor.hyde import HydeRetriever
+    from hyde_tutor.plugin.toolset import TutorDeps, search_with_deps
+
+    records: list = []
+    monitor = type("Capture", (), {"record": lambda self, r: records.append(r)})()
+    hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
+    with caplog.at_level("ERROR", logger="hyde_tutor"), pytest.raises(ToolFailed) as failed:
+        await search_with_deps(TutorDeps(retriever=_Boom(hr), monitor=monitor), "grammar_search", "grammar", "q", 3, None)
+    assert "TypeError" in str(failed.value) and "subscriptable" not in str(failed.value)  # words, not internals
+    assert any(r.exc_info for r in caplog.records)  # the traceback went to the log
+    assert records[0].error == "TypeError"
+
+
+async def test_retrieve_first_says_the_search_is_unavailable_instead_of_entries(retriever) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from hyde_tutor.config import HydeSettings
+    from hyde_tutor.hyde import HydeRetriever
+    from hyde_tutor.plugin.toolset import TutorDeps
+    from hyde_tutor.plugin.tutor import RetrieveFirst
+
+    seen: list[str] = []
+
+    def model(messages, info):
+        seen.append(info.instructions or "")
+        return ModelResponse(parts=[TextPart("ok")])
+
+    hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
+    agent = Agent(FunctionModel(model), deps_type=TutorDeps, capabilities=[RetrieveFirst(docs_collection=None)])
+    result = await agent.run("хочу поехать", deps=TutorDeps(retriever=_Boom(hr)))
+    assert result.output == "ok" and "недоступен" in seen[0]
+
+
+async def test_a_failing_hyde_search_or_reranker_falls_back_to_the_results_in_hand(retriever, monkeypatch) -> None:
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from hyde_tutor.config import HydeSettings
+    from hyde_tutor.hyde import HydeRetriever, stages
+    from hyde_tutor.hyde.hypotheses import HypothesisGenerator
+
+    model = FunctionModel(lambda m, i: ModelResponse(parts=[TextPart("Конструкция: -고 싶다. Пример: 가고 싶어요.")]))
+    hs = HydeSettings(n_hypotheses=1)
+
+    class BadReranker:
+        def scores(self, query, texts):
+            raise RuntimeError("reranker crashed")
+
+    hr = HydeRetriever(retriever, lambda d: HypothesisGenerator(model, "m", d, hyde=hs), hs, reranker=BadReranker())
+    plain = await hr.search("grammar", "хочу поехать", use_hyde=False)
+    res = await hr.search("grammar", "хочу поехать")
+    assert res.results and any("rerank failed" in e for e in res.errors)
+
+    def broken(*a, **k):
+        raise RuntimeError("store bug in the batched search")
+
+    monkeypatch.setattr(stages, "search_hypotheses", broken)
+    res = await hr.search("grammar", "хочу уехать")
+    assert res.fallback_reason == "search_error" and "store bug" in res.errors[0]
+    raw = await hr.search("grammar", "хочу уехать", use_hyde=False)  # the reranker still fails: same fused order
+    assert [d.id for d in res.results] == [d.id for d in raw.results] and res.results
+    assert plain.results

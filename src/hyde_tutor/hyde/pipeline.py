@@ -255,7 +255,7 @@ class HydeRetriever:
         hypotheses = await self._hypotheses(plan, raw_task)
         raw = await raw_task
         ranked = await self._rank(plan, raw, hypotheses.generated)
-        docs, rerank_ms = await self._rerank(plan, ranked.docs)
+        docs, rerank_ms, rerank_notes = await self._rerank(plan, ranked.docs)
         kept = stages.threshold(docs, plan.top_k, self.settings)
         gen = hypotheses.generated or GenerationResult()
         missing = ([f"no questions for {plan.collection!r} (run `hyde-tutor ingest --questions K`)"]
@@ -263,7 +263,7 @@ class HydeRetriever:
         return HydeResult(
             plan.text, plan.collection, kept.docs, ranked.used_hyde, ranked.reason,
             hypotheses=list(gen.hypotheses), usage=gen.usage, effective_threshold=kept.threshold,
-            errors=_errors(gen, ranked, [*hypotheses.notes, *missing]),
+            errors=_errors(gen, ranked, [*hypotheses.notes, *rerank_notes, *missing]),
             timings=StageTimings(raw.ms, gen.seconds * 1000, ranked.embed_ms, ranked.search_ms, rerank_ms,
                                  (time.perf_counter() - started) * 1000),
             fusion=plan.fusion, used_questions=plan.has_questions, skipped=hypotheses.skipped,
@@ -308,8 +308,12 @@ class HydeRetriever:
             return self._fallback(raw, "disabled" if not plan.use_hyde else None)
         if generated.failure_reason is not None:
             return self._fallback(raw, generated.failure_reason)  # type: ignore[arg-type]
-        found = await asyncio.to_thread(stages.search_hypotheses, self.retriever, plan.collection,
-                                        generated.hypotheses, raw.encoding, plan.policy, plan.fusion, plan.depth)
+        try:
+            found = await asyncio.to_thread(stages.search_hypotheses, self.retriever, plan.collection,
+                                            generated.hypotheses, raw.encoding, plan.policy, plan.fusion, plan.depth)
+        except Exception as exc:  # noqa: BLE001 - the raw results are in hand: a HyDE failure never fails the search
+            _log.warning("hyde-tutor: the hypotheses' search failed; raw results instead", exc_info=True)
+            return self._fallback(raw, "search_error", (f"{type(exc).__name__}: {exc}"[:300],))
         if found.error is not None:
             return self._fallback(raw, "embed_error", (found.error,))
         gated = stages.gate(found.channels, raw.channels[RAW], plan.policy.min_agreement)
@@ -326,16 +330,22 @@ class HydeRetriever:
         timing = (found.embed_ms, found.search_ms) if found is not None else (0.0, 0.0)
         return Ranked(stages.plain(raw.channels, self.weights), False, reason, tuple(notes), *timing)
 
-    async def _rerank(self, plan: Plan, docs: list[RetrievedDoc]) -> tuple[list[RetrievedDoc], float]:
+    async def _rerank(self, plan: Plan, docs: list[RetrievedDoc]) -> tuple[list[RetrievedDoc], float, tuple[str, ...]]:
+        """Reranked docs, ms, and a note when the reranker failed (the fused order is kept then)."""
         if self.reranker is None or not docs:
-            return docs, 0.0
+            return docs, 0.0, ()
         started = time.perf_counter()
         head = docs[: plan.candidates]
         schema = self.retriever.schemas.get(plan.collection)
-        texts = [schema.text(d.payload) if schema else payload_text(d.payload) for d in head]
-        with logfire.span("hyde.rerank", candidates=len(head)):
-            reranked = await asyncio.to_thread(stages.rerank, self.reranker, plan.text, head, texts)
-        return reranked, (time.perf_counter() - started) * 1000
+        try:
+            texts = [schema.text(d.payload) if schema else payload_text(d.payload) for d in head]
+            with logfire.span("hyde.rerank", candidates=len(head)):
+                reranked = await asyncio.to_thread(stages.rerank, self.reranker, plan.text, head, texts)
+        except Exception as exc:  # noqa: BLE001 - the fused results are in hand: keep them
+            _log.warning("hyde-tutor: the reranker failed; fused order kept", exc_info=True)
+            return docs, (time.perf_counter() - started) * 1000, (f"rerank failed, fused order kept: "
+                                                                  f"{type(exc).__name__}: {exc}"[:300],)
+        return reranked, (time.perf_counter() - started) * 1000, ()
 
     def _has_questions(self, collection: str) -> bool:
         """Whether ``ingest --questions`` built the companion collection (found once, then remembered by

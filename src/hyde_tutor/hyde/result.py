@@ -8,7 +8,8 @@ from typing import Any, Literal
 from .hypotheses import Hypothesis, TokenUsage
 
 FallbackReason = Literal[
-    "llm_error", "timeout", "not_recorded", "empty_hypotheses", "off_topic", "no_results", "embed_error", "disabled"
+    "llm_error", "timeout", "not_recorded", "empty_hypotheses", "off_topic", "no_results", "embed_error", "disabled",
+    "search_error",
 ]
 RAW = "raw"
 QUESTIONS = "questions"

@@ -12,6 +12,8 @@ in words without paths or engine internals; a HyDE failure is a silent fallback 
 
 from __future__ import annotations
 
+import logging
+
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -37,6 +39,7 @@ from ..llm.prompts import load_prompt
 from ..corpus.rendering import REFERENCE_NOTE, compact_payload
 from ..retrieval.validation import validate_collection_name, validate_query, validate_top_k
 
+_log = logging.getLogger("hyde_tutor")
 MAX_TOOL_TOP_K = 10
 TOOL_DOMAINS: dict[str, Domain] = {"grammar_search": "grammar", "docs_search": "docs"}
 """A tool knows what it searches: its hypotheses use that domain, whatever the collection is called."""
@@ -59,6 +62,8 @@ class TutorDeps:
     found: list[dict[str, Any]] = field(default_factory=list)
     """Every entry the searches returned since :meth:`clear_found` (what the model was shown): a chat
     turn whose model fails shows these to the learner instead of an error."""
+    unavailable: list[str] = field(default_factory=list)
+    """Why searches run on the model's behalf failed in this turn (retrieve-first says so instead of entries)."""
     _found_by_question: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
     _found_run: str | None = field(default=None, repr=False)
 
@@ -70,6 +75,7 @@ class TutorDeps:
     def clear_found(self) -> None:
         """Start a new turn: forget what earlier searches found."""
         self.found.clear()
+        self.unavailable.clear()
         self._found_by_question.clear()
 
     def begin_run(self, run_id: str | None) -> None:
@@ -125,20 +131,22 @@ async def search_with_deps(
         result = await deps.retriever.search(collection, text, top_k=k, use_hyde=decision.use_hyde,
                                              rerank_candidates=rerank, use_questions=decision.use_questions,
                                              domain=_tool_domain(tool), **agent)
-    except HydeTutorError as exc:
+        _fill(record, result)
+        schema = deps.retriever.retriever.schemas.get(collection)
+        compact = [schema.compact(d.id, d.payload) if schema else compact_result(d) for d in result.results]
+    except Exception as exc:  # every failure becomes a failed tool result: a chat turn never crashes on search
+        if not isinstance(exc, HydeTutorError):  # a bug (ours, a store's, a reranker's): logged in full
+            _log.exception("hyde-tutor: %s failed with an unexpected error", tool)
         record.error = type(exc).__name__
         _record(deps.monitor, record)
         raise ToolFailed(tool_failure_message(exc, tool, collection)) from exc
-    _fill(record, result)
     _record(deps.monitor, record)
-    schema = deps.retriever.retriever.schemas.get(collection)
-    compact = [schema.compact(d.id, d.payload) if schema else compact_result(d) for d in result.results]
     deps.found.extend(compact)
     return {"note": REFERENCE_NOTE, "results": compact, "used_hyde": result.used_hyde,
             "fallback_reason": result.fallback_reason}
 
 
-def tool_failure_message(exc: HydeTutorError, tool: str, collection: str) -> str:
+def tool_failure_message(exc: BaseException, tool: str, collection: str) -> str:
     """What the model is told when a search cannot run: what happened and what the operator can do, in
     words, never the raw exception (which may carry file paths or engine internals)."""
     if isinstance(exc, StoreLockedError):
@@ -165,7 +173,10 @@ async def search_for_context(deps: TutorDeps, tool: str, collection: str, query:
     with no error raised: a bad query or an unavailable store gives an empty list."""
     try:
         result = await search_with_deps(deps, tool, collection, query, top_k, None)
-    except (ModelRetry, ToolFailed):
+    except ModelRetry:
+        return []
+    except ToolFailed as exc:
+        deps.unavailable.append(str(exc))
         return []
     return list(result.get("results", []))
 

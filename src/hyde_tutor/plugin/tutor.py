@@ -57,6 +57,9 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
                 if collection and question:
                     cached += await search_for_context(ctx.deps, tool, collection, question, k)
             ctx.deps.remember_found(question, cached)
+        if not cached and ctx.deps.unavailable:
+            return ("Поиск по справочнику сейчас недоступен: ответь по своим знаниям и скажи ученику, что "
+                    "справочник недоступен.")
         if not cached:
             return "Поиск по справочнику ничего не нашёл: ответь по своим знаниям и скажи об этом ученику."
         return "Найденные статьи (опирайся на них). " + reference_block(format_entries(cached, self.max_chars))
