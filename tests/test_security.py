@@ -220,3 +220,33 @@ async def test_a_failing_hyde_search_or_reranker_falls_back_to_the_results_in_ha
     raw = await hr.search("grammar", "хочу уехать", use_hyde=False)  # the reranker still fails: same fused order
     assert [d.id for d in res.results] == [d.id for d in raw.results] and res.results
     assert plain.results
+
+
+def test_hypotheses_go_to_the_tool_returns_metadata_not_to_the_model(retriever) -> None:
+    import json
+
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from hyde_tutor.config import HydeSettings
+    from hyde_tutor.hyde import HydeRetriever
+    from hyde_tutor.hyde.hypotheses import HypothesisGenerator
+    from hyde_tutor.plugin.toolset import HydeSearchToolset, TutorDeps
+
+    writer = FunctionModel(lambda m, i: ModelResponse(parts=[TextPart("Конструкция: -고 싶다. Пример: 가고 싶어요.")]))
+    hs = HydeSettings(n_hypotheses=1)
+    hr = HydeRetriever(retriever, lambda d: HypothesisGenerator(writer, "m", d, hyde=hs), hs)
+
+    def tutor(messages, info):
+        if any(isinstance(p, ToolReturnPart) for p in messages[-1].parts):
+            return ModelResponse(parts=[TextPart("готово")])
+        return ModelResponse(parts=[ToolCallPart("grammar_search", {"query": "хочу поехать", "use_hyde": True})])
+
+    run = Agent(FunctionModel(tutor), deps_type=TutorDeps, toolsets=[HydeSearchToolset()]).run_sync(
+        "Как сказать, что хочу?", deps=TutorDeps(retriever=hr))
+    (part,) = [p for m in run.all_messages() if isinstance(m, ModelRequest) for p in m.parts
+               if isinstance(p, ToolReturnPart)]
+    assert part.metadata["hypotheses"][0]["text"].startswith("Конструкция: -고 싶다")
+    assert part.metadata["llm_calls"] == 1 and part.metadata["channels"]
+    assert "hypotheses" not in json.dumps(part.content, ensure_ascii=False) and part.content["results"]

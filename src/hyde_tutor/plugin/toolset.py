@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pydantic_ai import ModelRetry, RunContext
+from pydantic_ai import ModelRetry, RunContext, ToolReturn
 from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.capabilities import Toolset
 from pydantic_ai.toolsets import FunctionToolset
@@ -100,17 +100,33 @@ def compact_result(doc: RetrievedDoc) -> dict[str, Any]:
 async def run_search(
     ctx: RunContext[TutorDeps], tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None,
     rerank_top_k: Any = None, hypothesis: Any = None,
-) -> dict[str, Any]:
-    """Shared body of the search tools: validate, decide HyDE, search, record, compact."""
+) -> ToolReturn:
+    """Shared body of the search tools: validate, decide HyDE, search, record, compact. The model gets the
+    compact results; the hypotheses, their sources, each result's channels and the cost go to the tool
+    return's metadata, for the application and never to the model."""
     ctx.deps.begin_run(getattr(ctx, "run_id", None))
-    return await search_with_deps(ctx.deps, tool, collection, query, top_k, use_hyde, rerank_top_k, hypothesis)
+    compact, result = await _search(ctx.deps, tool, collection, query, top_k, use_hyde, rerank_top_k, hypothesis)
+    return ToolReturn(return_value=compact, metadata={
+        "hypotheses": [{"perspective": h.perspective, "source": h.source, "text": h.text} for h in result.hypotheses],
+        "channels": {d.id: list(d.channels) for d in result.results},
+        "llm_calls": result.usage.requests, "tokens_in": result.usage.input_tokens,
+        "tokens_out": result.usage.output_tokens, "usage_source": result.usage.source,
+        "skipped": result.skipped, "errors": list(result.errors),
+    })
 
 
 async def search_with_deps(
     deps: TutorDeps, tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None,
     rerank_top_k: Any = None, hypothesis: Any = None,
 ) -> dict[str, Any]:
-    """:func:`run_search` outside a tool call (raises ``ModelRetry`` for bad arguments)."""
+    """:func:`run_search` outside a tool call (raises ``ModelRetry`` for bad arguments): the compact results."""
+    return (await _search(deps, tool, collection, query, top_k, use_hyde, rerank_top_k, hypothesis))[0]
+
+
+async def _search(
+    deps: TutorDeps, tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None,
+    rerank_top_k: Any = None, hypothesis: Any = None,
+) -> tuple[dict[str, Any], HydeResult]:
     settings = deps.retriever.retriever.settings
     try:
         text = validate_query(query, settings.max_query_chars)
@@ -143,7 +159,7 @@ async def search_with_deps(
     _record(deps.monitor, record)
     deps.found.extend(compact)
     return {"note": REFERENCE_NOTE, "results": compact, "used_hyde": result.used_hyde,
-            "fallback_reason": result.fallback_reason}
+            "fallback_reason": result.fallback_reason}, result
 
 
 def tool_failure_message(exc: BaseException, tool: str, collection: str) -> str:
@@ -227,7 +243,7 @@ def _grammar_tool(name: str, collection: str) -> Callable[..., Any]:
     async def grammar_search(
         ctx: RunContext[TutorDeps], query: str, hypothesis: str | None = None, top_k: int = 5,
         use_hyde: bool | None = None,
-    ) -> dict[str, Any]:
+    ) -> ToolReturn:
         """Search the Korean grammar reference (patterns with Russian explanations and examples).
 
         Use it for any question about how to say something in Korean, what an ending or particle means,
@@ -255,7 +271,7 @@ def _docs_tool(name: str, collection: str) -> Callable[..., Any]:
     async def docs_search(
         ctx: RunContext[TutorDeps], query: str, hypothesis: str | None = None, top_k: int = 5,
         rerank_top_k: int | None = None, use_hyde: bool | None = None,
-    ) -> dict[str, Any]:
+    ) -> ToolReturn:
         """Search the educational documents (particles, speech levels, conjugation, honorifics,
         pronunciation, study methods), written in Russian with Korean examples.
 
