@@ -21,6 +21,7 @@ from ..llm.generation import Generation, TokenUsage, generate_text, text_agent
 from ..llm.backends import LLMBackend
 from ..llm.prompts import Perspective, Prompt, load_prompt, parse_perspectives
 from ..llm.recordings import render_hypothesis_request, render_multi_request, request_sha256
+from ..llm.server import LoopGates
 from ..llm.tokens import TokenCounter
 
 MAX_HYPOTHESES = 8
@@ -140,6 +141,7 @@ class HypothesisGenerator:
         max_concurrency: int | None = None,
         stream: bool = False,
         counter: TokenCounter | None = None,
+        gates: LoopGates | None = None,
     ) -> None:
         if domain not in DOMAINS:
             raise HydeTutorError(f"Unknown HyDE domain {domain!r}; choose one of {', '.join(DOMAINS)}.")
@@ -161,7 +163,7 @@ class HypothesisGenerator:
         self.counter = counter  # counts each call's tokens offline (replay, embedded server)
         self.max_tokens = llm.max_tokens
         self._multi_request: Prompt | None = None
-        self._gates: dict[int, asyncio.Semaphore] = {}
+        self.gates = gates if gates is not None else (LoopGates(max_concurrency) if max_concurrency else None)
         self.agent = text_agent(model, self.prompt.text, llm, llm.max_tokens, extra_settings)
 
     @classmethod
@@ -171,7 +173,7 @@ class HypothesisGenerator:
         the body), its concurrency gate (the single-slot embedded server) and streaming."""
         return cls(backend.model, backend.name, domain, cache=cache, hyde=hyde, llm=llm,
                    extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency, stream=backend.stream,
-                   counter=backend.token_counter)
+                   counter=backend.token_counter, gates=backend.gates)
 
     @property
     def prompt_ref(self) -> str:
@@ -257,13 +259,9 @@ class HypothesisGenerator:
             result.hypotheses.append(Hypothesis(shaped.text, perspective, cached))
 
     def _gate(self) -> asyncio.Semaphore | None:
-        """This event loop's semaphore for a single-slot backend; None when calls need no gate."""
-        if not self.max_concurrency:
-            return None
-        loop_id = id(asyncio.get_running_loop())
-        if loop_id not in self._gates:
-            self._gates[loop_id] = asyncio.Semaphore(self.max_concurrency)
-        return self._gates[loop_id]
+        """This event loop's gate for a single-slot backend (shared by every generator on the same embedded
+        server); None when calls need no gate."""
+        return self.gates.get() if self.gates is not None else None
 
     async def _cache_get(self, key: str) -> str | None:
         try:

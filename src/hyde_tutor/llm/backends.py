@@ -23,7 +23,8 @@ import httpx2  # pydantic-ai's HTTP client for OpenAI-compatible providers
 
 from ..config import LLMSettings, Settings, redact_url
 from ..errors import LLMUnavailableError
-from .server import QWEN_FILE, QWEN_PARTS, LlamaCppCompatTransport, LocalLlamaServer, local_server
+from .server import (QWEN_FILE, QWEN_PARTS, LlamaCppCompatTransport, LocalLlamaServer, LoopGates, local_server,
+                     release_local_server)
 from .tokens import TokenCounter, gguf_counter, qwen_counter
 
 __all__ = ["LLMBackend", "LLMUnavailableError", "LocalLlamaServer", "describe_backend", "make_llm",
@@ -40,13 +41,18 @@ class LLMBackend:
     server: LocalLlamaServer | None = None
     extra_settings: dict[str, Any] = field(default_factory=dict)
     max_concurrency: int | None = None  # the embedded server answers one request at a time
+    gates: LoopGates | None = None
+    """The server's shared one-request gate (the embedded model), for every generator on this backend."""
     stream: bool = False  # read answers as a stream, so a timed-out call stops the server's generation
     token_counter: TokenCounter | None = None
     """Counts tokens offline where the responses' figures are missing or estimates (replay, embedded)."""
+    _released: bool = field(default=False, init=False, repr=False)
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.stop()
+        """Let go of the embedded server (it stops when no other backend holds it); idempotent."""
+        if self.server is not None and not self._released:
+            self._released = True
+            release_local_server(self.server)
 
 
 def _openai_chat_model(model_name: str, base_url: str | None, api_key: str | None, llama_cpp: bool = False) -> Any:
@@ -100,6 +106,7 @@ def make_llm(settings: Settings) -> LLMBackend:
     server = local_server(settings)
     model = _openai_chat_model(server.model_name, server.base_url, "local", llama_cpp=True)
     return LLMBackend(model, f"local:{server.model_name}", "local", server, _compat_settings(llm), max_concurrency=1,
+                      gates=server.gates,
                       stream=True, token_counter=gguf_counter(server.gguf, f"{server.model_name}-gguf-vocab"))
 
 

@@ -7,6 +7,8 @@ place its schema differs from the OpenAI API.
 
 from __future__ import annotations
 
+import asyncio
+
 import atexit
 import importlib.util
 import json
@@ -16,6 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
+import weakref
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,7 +68,7 @@ def qwen_path(models_dir: Path) -> Path:
             )
         parts.append(chunk)
     models_dir.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".partial")
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.partial")  # one join per writer
     with tmp.open("wb") as out:
         for chunk in parts:
             with chunk.open("rb") as src:
@@ -106,6 +109,29 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
         pass
 
 
+class LoopGates:
+    """A concurrency gate per event loop, weakly keyed (a finished ``asyncio.run``'s gate goes with its loop).
+
+    The embedded server answers one request at a time; every caller of ONE server (the grammar, docs and
+    question generators alike) must queue at the same gate, or they queue inside the server and time out."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def get(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            gate = self._gates.get(loop)
+            if gate is None:
+                gate = self._gates[loop] = asyncio.Semaphore(self.size)
+            return gate
+
+    def __len__(self) -> int:
+        return len(self._gates)
+
+
 @dataclass
 class LocalLlamaServer:
     """A ``llama_cpp.server`` subprocess on 127.0.0.1 serving one GGUF model."""
@@ -117,6 +143,10 @@ class LocalLlamaServer:
     log_path: Path | None = None
     chat_format: str | None = None
     port: int = field(default_factory=_free_port)
+    gates: LoopGates = field(default_factory=lambda: LoopGates(1), repr=False)
+    """The one-request gate every client of this server shares."""
+    users: int = field(default=0, init=False)
+    """Backends holding this server (:func:`local_server` / :func:`release_local_server`)."""
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -208,8 +238,22 @@ _local_lock = threading.Lock()
 _local_servers: dict[tuple[str, int, int, str | None], LocalLlamaServer] = {}
 
 
+def release_local_server(server: LocalLlamaServer) -> None:
+    """A backend is done with ``server``: it stops when the last one lets go (closing one backend must not
+    stop the server under the others)."""
+    with _local_lock:
+        server.users = max(0, server.users - 1)
+        if server.users:
+            return
+        for key, held in list(_local_servers.items()):
+            if held is server:
+                del _local_servers[key]
+    server.stop()
+
+
 def local_server(settings: Settings) -> LocalLlamaServer:
-    """The (shared, per-process) embedded model server for these settings, started on first use."""
+    """The (shared, per-process) embedded model server for these settings, started on first use; each
+    caller holds it until :func:`release_local_server`."""
     llm = settings.llm
     gguf = resolve_gguf(llm.local_model, settings.data_dir / "models")
     key = (str(gguf), llm.n_ctx, llm.threads, llm.chat_format)
@@ -221,4 +265,6 @@ def local_server(settings: Settings) -> LocalLlamaServer:
             server = LocalLlamaServer(gguf, llm.n_ctx, llm.threads, llm.startup_timeout_s, logs / "llama_server.log",
                                       chat_format=llm.chat_format)
             _local_servers[key] = server
-        return server.start()
+        server.start()
+        server.users += 1
+        return server

@@ -76,7 +76,14 @@ class Retriever:
         return self._fastembed[schema.fastembed_language]
 
     def close(self) -> None:
-        self.store.close()
+        """Close the store and the encoders that hold resources (an embedder's loop thread and HTTP client)."""
+        try:
+            self.store.close()
+        finally:
+            for encoder in (self.dense, self.sparse):
+                close = getattr(encoder, "close", None)
+                if callable(close):
+                    close()
 
     def is_checked(self, collection: str) -> bool:
         """Whether :meth:`check_collection` already passed for ``collection`` (then it costs nothing)."""

@@ -1,0 +1,85 @@
+"""Resources and lifetimes: the shared embedded server, its one-request gate, closing what a retriever holds."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from pathlib import Path
+
+from hyde_tutor.llm import server as server_module
+from hyde_tutor.llm.backends import LLMBackend
+from hyde_tutor.llm.server import LocalLlamaServer, LoopGates, release_local_server
+
+
+def test_closing_one_backend_does_not_stop_the_shared_server_for_the_others(monkeypatch, tmp_path: Path) -> None:
+    stopped: list[int] = []
+    server = LocalLlamaServer(tmp_path / "m.gguf")
+    monkeypatch.setattr(server, "stop", lambda: stopped.append(1))
+    monkeypatch.setitem(server_module._local_servers, ("k",), server)
+    server.users = 2  # two backends (HyDE's and the chat's) hold it
+    first, second = LLMBackend(None, "a", "local", server), LLMBackend(None, "b", "local", server)
+    first.close()
+    first.close()  # idempotent: a second close does not release twice
+    assert stopped == [] and server.users == 1 and ("k",) in server_module._local_servers
+    second.close()
+    assert stopped == [1] and ("k",) not in server_module._local_servers
+    release_local_server(server)  # a stray release never goes negative or stops twice
+    assert server.users == 0
+
+
+def test_generators_on_one_backend_share_one_gate_per_loop() -> None:
+    from hyde_tutor.config import HydeSettings, LLMSettings
+    from hyde_tutor.hyde.hypotheses import HypothesisGenerator
+
+    backend = LLMBackend("test", "m", "local", gates=LoopGates(1), max_concurrency=1)
+    grammar = HypothesisGenerator.for_backend(backend, "grammar", hyde=HydeSettings(), llm=LLMSettings())
+    docs = HypothesisGenerator.for_backend(backend, "docs", hyde=HydeSettings(), llm=LLMSettings())
+
+    async def gates() -> tuple:
+        return grammar._gate(), docs._gate()
+
+    first, second = asyncio.run(gates())
+    assert first is not None and first is second  # was: one gate per domain, so both queued inside the server
+
+
+def test_a_finished_loops_gate_is_forgotten() -> None:
+    gates = LoopGates(1)
+
+    async def use() -> None:
+        gates.get()
+
+    for _ in range(5):
+        asyncio.run(use())
+    gc.collect()
+    assert len(gates) == 0  # was: one entry per asyncio.run, forever
+
+
+def test_closing_a_retriever_closes_its_embedder(tmp_path: Path, hash_embedder, bm25) -> None:
+    from hyde_tutor import EdgeStore, Retriever
+
+    closed: list[str] = []
+    hash_embedder.close = lambda: closed.append("dense")  # type: ignore[attr-defined]
+    Retriever(EdgeStore(tmp_path / "s"), hash_embedder, bm25).close()
+    assert closed == ["dense"]
+
+
+def test_two_processes_joining_the_model_use_different_partial_files(monkeypatch, tmp_path: Path) -> None:
+    """The parts were joined through one fixed '.partial' name: two processes corrupted each other's join."""
+    seen: list[str] = []
+    real_open = Path.open
+
+    def spy(self, mode="r", *a, **k):
+        if "w" in mode:
+            seen.append(self.name)
+            raise OSError("stop after naming the file")
+        return real_open(self, mode, *a, **k)
+
+    monkeypatch.setattr(Path, "open", spy)
+    try:
+        server_module.qwen_path(tmp_path)
+    except (OSError, Exception):
+        pass
+    if seen:  # the parts are installed here: the join's temporary file names this process
+        import os
+
+        assert str(os.getpid()) in seen[0] and seen[0].endswith(".partial")
