@@ -83,3 +83,26 @@ def test_two_processes_joining_the_model_use_different_partial_files(monkeypatch
         import os
 
         assert str(os.getpid()) in seen[0] and seen[0].endswith(".partial")
+
+
+async def test_a_missing_or_broken_questions_index_is_looked_up_once_and_never_fails_the_search(retriever,
+                                                                                                 monkeypatch) -> None:
+    from hyde_tutor.config import HydeSettings
+    from hyde_tutor.errors import StoreUnavailableError
+    from hyde_tutor.hyde import HydeRetriever
+
+    lookups: list[str] = []
+    real = retriever.check_collection
+
+    def counting(name):
+        lookups.append(name)
+        if name.endswith("__questions"):
+            raise StoreUnavailableError("the questions collection's files are unreadable")
+        return real(name)
+
+    monkeypatch.setattr(retriever, "check_collection", counting)
+    hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
+    for _ in range(3):
+        res = await hr.search("grammar", "хочу поехать", use_questions=True)
+        assert res.results and not res.used_questions
+    assert lookups.count("grammar__questions") == 1  # was: every search listed the collections, on the loop

@@ -36,6 +36,8 @@ from .policy import AGREEMENT_DEPTH, SCORE_FUSION_DEPTH, FusionMode, HydePolicy
 from .result import RAW, FallbackReason, HydeResult, RetrievedDoc, StageTimings
 
 _log = logging.getLogger("hyde_tutor")
+QUESTIONS_RECHECK_S = 30.0
+"""How long a missing questions collection is believed missing before the store is asked again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,7 @@ class HydeRetriever:
         self.settings = settings or HydeSettings()
         self.questions = questions or QuestionSettings()
         self.weak_model = weak_model
+        self._no_questions: dict[str, float] = {}  # questions collections found missing, and when
         self.reranker = reranker
         self.domains: dict[str, Domain] = dict(self.settings.domains if domains is None else domains)
         self.generators = GeneratorPool(generator_factory)
@@ -246,7 +249,7 @@ class HydeRetriever:
                     use_hyde=policy.enabled if request.use_hyde is None else bool(request.use_hyde),
                     n_hypotheses=request.n_hypotheses or policy.n_hypotheses,
                     domain=domain, want_questions=want_questions,
-                    has_questions=want_questions and self._has_questions(collection), policy=policy)
+                    has_questions=want_questions and await self._has_questions(collection), policy=policy)
 
     async def _run(self, plan: Plan, started: float) -> HydeResult:
         """The stages in order; reads like the diagram in ``stages.py``."""
@@ -347,13 +350,24 @@ class HydeRetriever:
                                                                   f"{type(exc).__name__}: {exc}"[:300],)
         return reranked, (time.perf_counter() - started) * 1000, ()
 
-    def _has_questions(self, collection: str) -> bool:
-        """Whether ``ingest --questions`` built the companion collection (found once, then remembered by
-        ``check_collection``, so the hot path does not list collections on every search)."""
-        try:
-            self.retriever.check_collection(questions_collection(collection))
-        except CollectionNotFoundError:
+    async def _has_questions(self, collection: str) -> bool:
+        """Whether ``ingest --questions`` built the companion collection. Found once, it is remembered by
+        ``check_collection``; a missing or unreadable one is remembered for ``QUESTIONS_RECHECK_S`` (the hot
+        path neither lists collections on every search nor blocks the loop); it never fails the search."""
+        name = questions_collection(collection)
+        if self.retriever.is_checked(name):
+            return True
+        missing_since = self._no_questions.get(name)
+        if missing_since is not None and time.monotonic() - missing_since < QUESTIONS_RECHECK_S:
             return False
+        try:
+            await asyncio.to_thread(self.retriever.check_collection, name)
+        except HydeTutorError as exc:  # missing, unreadable, built with another embedder: no questions channel
+            if not isinstance(exc, CollectionNotFoundError):
+                _log.warning("hyde-tutor: questions collection %s unusable: %s", name, exc)
+            self._no_questions[name] = time.monotonic()
+            return False
+        self._no_questions.pop(name, None)
         return True
 
 
