@@ -343,3 +343,25 @@ def test_ab_report_shows_calls_and_tokens_per_arm_with_intervals() -> None:
     assert rows["raw"].llm_calls == (0.0, 0.0, 0.0)
     text = format_report(list(rows.values()), [])
     assert "cost per retrieval" in text and "0.80 [" in text and "20.0%" in text
+
+
+def test_the_policy_defaults_have_one_source_and_the_docs_follow_it() -> None:
+    """HydePolicy's field defaults, the policy constants, config.py's descriptions and .env.example used to
+    disagree (4 / 3, rrf / score, 1.0 / 6.0)."""
+    import re
+
+    from hyde_tutor.hyde.hypotheses import DEFAULT_HYPOTHESES
+    from hyde_tutor.hyde.policy import PASSAGE_POLICY, STRONG_MODEL_POLICY, WEAK_MODEL_POLICY, HydePolicy
+
+    assert HydePolicy() == STRONG_MODEL_POLICY and STRONG_MODEL_POLICY.n_hypotheses == DEFAULT_HYPOTHESES
+    fields = HydeSettings.model_fields
+    weights = {f"{p.hypothesis_weight:g}" for p in (STRONG_MODEL_POLICY, PASSAGE_POLICY, WEAK_MODEL_POLICY)}
+    described = set(re.findall(r"\d+(?:\.\d+)?", fields["hypothesis_weight"].description or ""))
+    assert weights <= described, (weights, described)
+    assert STRONG_MODEL_POLICY.fusion in (fields["fusion"].description or "")
+    assert f"{STRONG_MODEL_POLICY.n_hypotheses}," in (fields["n_hypotheses"].description or "")
+    env = (DATA.parent / ".env.example").read_text(encoding="utf-8")
+    block = env.split("# HYDE_HYDE__HYPOTHESIS_WEIGHT=")[0].rsplit("# HYDE_HYDE__LEGS=", 1)[1]
+    assert weights <= set(re.findall(r"\d+(?:\.\d+)?", block)), block
+    n_block = env.split("# HYDE_HYDE__N_HYPOTHESES=")[0].rsplit("\n\n", 1)[-1]
+    assert f"Unset = {STRONG_MODEL_POLICY.n_hypotheses} " in n_block

@@ -25,7 +25,7 @@ from ..llm.server import LoopGates
 from ..llm.tokens import TokenCounter
 
 MAX_HYPOTHESES = 8
-DEFAULT_HYPOTHESES = 4  # chosen on recorded capable-model hypotheses (see HydePolicy)
+DEFAULT_HYPOTHESES = 1  # HydePolicy's default: chosen on recorded quality per LLM call
 
 
 # -- results --------------------------------------------------------------------------------------

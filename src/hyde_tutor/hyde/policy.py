@@ -39,8 +39,8 @@ class HydePolicy:
     """
 
     n_hypotheses: int = DEFAULT_HYPOTHESES
-    fusion: FusionMode = "rrf"
-    hypothesis_weight: float = 1.0
+    fusion: FusionMode = "score"
+    hypothesis_weight: float = 3.0
     min_agreement: int = 0
     protect_top: int = 0
     raw_weight: float = 1.0
@@ -75,7 +75,7 @@ class HydePolicy:
         )
 
 
-STRONG_MODEL_POLICY = HydePolicy(n_hypotheses=1, fusion="score", hypothesis_weight=3.0)
+STRONG_MODEL_POLICY = HydePolicy()
 """A capable model on the Korean tutor's corpora (grammar, docs): ONE hypothesis, fused by score at weight 3.
 Chosen on recorded capable-model generations as the cheapest policy near the old default (N=4 separate
 calls, weight 6): 1 LLM call and 25 % of its tokens per search, nDCG@10 0.984 / 0.998 / 0.973 on grammar,
