@@ -106,3 +106,27 @@ async def test_a_missing_or_broken_questions_index_is_looked_up_once_and_never_f
         res = await hr.search("grammar", "хочу поехать", use_questions=True)
         assert res.results and not res.used_questions
     assert lookups.count("grammar__questions") == 1  # was: every search listed the collections, on the loop
+
+
+async def test_a_tool_call_reads_dotenv_off_the_event_loop(isolated_env: Path, retriever) -> None:
+    import threading
+
+    from hyde_tutor import ReloadableExperiment
+    from hyde_tutor.config import HydeSettings
+    from hyde_tutor.hyde import HydeRetriever
+    from hyde_tutor.plugin.toolset import TutorDeps, search_with_deps
+
+    env = isolated_env / ".env"
+    env.write_text("HYDE_EXPERIMENT__ENABLED=true\n")
+    live = ReloadableExperiment(env, check_every_s=0)
+    threads: list[str] = []
+    real = live._stat
+
+    def spy() -> float | None:
+        threads.append(threading.current_thread().name)
+        return real()
+
+    live._stat = spy  # type: ignore[method-assign]
+    hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
+    await search_with_deps(TutorDeps(hr, live, None, "u1"), "grammar_search", "grammar", "хочу поехать", 3, False)
+    assert threads and threading.main_thread().name not in threads  # the stat ran on a worker thread

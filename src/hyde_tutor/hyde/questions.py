@@ -207,8 +207,8 @@ class QuestionGenerator:
         if not questions:
             return DocumentQuestions(doc.id, failure="empty")
         if self.cache is not None:
-            self.cache.set(key, questions, model=self.model_name, prompt=self.prompt_ref, doc_id=doc.id,
-                           doc_hash=doc.content_hash, k=k)
+            await asyncio.to_thread(self.cache.set, key, questions, model=self.model_name, prompt=self.prompt_ref,
+                                    doc_id=doc.id, doc_hash=doc.content_hash, k=k)  # a file write: off the loop
         return DocumentQuestions(doc.id, questions)
 
 

@@ -85,7 +85,7 @@ async def _record_jobs(jobs: Sequence[tuple[str, str, Any]], generator: Any, mak
             elif out.failure is not None:  # one failed generation must not stop a long recording
                 report.failed.append(f"{label}: {(out.error or out.failure)[:200]}")
             elif out.text and out.text.strip():
-                writer.append(make(job, user, out.text))
+                await asyncio.to_thread(writer.append, make(job, user, out.text))  # its fsync stays off the loop
                 report.recorded += 1
             else:
                 report.failed.append(f"{label}: empty answer")

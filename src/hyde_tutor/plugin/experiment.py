@@ -13,6 +13,8 @@ A subject with no id is not enrolled: it gets the configured default (arm ``unas
 
 from __future__ import annotations
 
+import asyncio
+
 import hashlib
 import os
 import threading
@@ -154,6 +156,13 @@ class ReloadableExperiment:
                                   f"({self._current.name}, arms {','.join(self._current.arms)})",
                                   ExperimentConfigWarning, stacklevel=2)
             return self._current
+
+    async def acurrent(self) -> Experiment:
+        """:meth:`current` for async code: when a check is due, the ``.env`` stat (and a reload) run on a
+        worker thread, so a tool call never does file I/O on the event loop."""
+        if time.monotonic() - self._checked < self.check_every_s:
+            return self._current
+        return await asyncio.to_thread(self.current)
 
     def current(self) -> Experiment:
         now = time.monotonic()

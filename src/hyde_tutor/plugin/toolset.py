@@ -67,6 +67,12 @@ class TutorDeps:
     _found_by_question: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
     _found_run: str | None = field(default=None, repr=False)
 
+    async def acurrent_experiment(self) -> Experiment | None:
+        """:meth:`current_experiment` without file I/O on the event loop."""
+        if isinstance(self.experiment, ReloadableExperiment):
+            return await self.experiment.acurrent()
+        return self.experiment
+
     def current_experiment(self) -> Experiment | None:
         if isinstance(self.experiment, ReloadableExperiment):
             return self.experiment.current()
@@ -138,7 +144,7 @@ async def _search(
             raise QueryValidationError(f"hypothesis must be text or null, not {type(hypothesis).__name__}.")
     except QueryValidationError as exc:
         raise ModelRetry(f"{exc} Call {tool} again with corrected arguments.") from exc
-    experiment = deps.current_experiment()
+    experiment = await deps.acurrent_experiment()
     decision = decide(use_hyde, experiment, deps.subject_id, deps.retriever.policy.enabled)
     record = RetrievalRecord(decision.experiment, decision.arm, decision.use_hyde, decision.reason, tool, collection,
                              subject=deps.subject_id, requested_hyde=decision.requested, overridden=decision.overridden)
