@@ -87,6 +87,7 @@ def test_tool_functions_return_a_result_or_ask_for_a_retry(fuzz_retriever, query
         assert f"Call {tool} again" in str(exc)  # the model is told what to do
         return
     assert _valid_query(query) and valid_k, "invalid arguments were accepted"
+    out = out.return_value  # the tool returns a ToolReturn: this is what the model is shown
     assert "error" not in out and isinstance(out["results"], list) and len(out["results"]) <= top_k
     assert out["used_hyde"] == (out["fallback_reason"] is None)
     json.dumps(out)  # what goes back to the model serialises

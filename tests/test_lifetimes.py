@@ -130,3 +130,40 @@ async def test_a_tool_call_reads_dotenv_off_the_event_loop(isolated_env: Path, r
     hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
     await search_with_deps(TutorDeps(hr, live, None, "u1"), "grammar_search", "grammar", "хочу поехать", 3, False)
     assert threads and threading.main_thread().name not in threads  # the stat ran on a worker thread
+
+
+def test_metrics_lines_of_several_writers_never_tear_and_a_failed_write_is_retried(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    import json
+    import os
+    import threading
+
+    from hyde_tutor.plugin import monitor as monitor_module
+    from hyde_tutor.plugin.monitor import Monitor, RetrievalRecord
+
+    path = tmp_path / "metrics.jsonl"
+    real_open = os.open
+    failures = {"left": 1}
+
+    def flaky_open(p, flags, mode=0o777):
+        if str(p) == str(path) and failures["left"]:
+            failures["left"] -= 1
+            raise OSError(28, "No space left on device")
+        return real_open(p, flags, mode)
+
+    monkeypatch.setattr(monitor_module.os, "open", flaky_open)
+    monitors = [Monitor(path) for _ in range(3)]
+
+    def fill(m: Monitor, tag: int) -> None:
+        for i in range(1500):
+            m.record(RetrievalRecord("e", "hyde", True, "x" * 300, f"tool{tag}", "grammar", results=i))
+
+    threads = [threading.Thread(target=fill, args=(m, n)) for n, m in enumerate(monitors)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(m.flush() for m in monitors)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 4500 and all(json.loads(line)["experiment"] == "e" for line in lines)
+    assert failures["left"] == 0  # the write that failed was tried again, and nothing was lost

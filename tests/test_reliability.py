@@ -60,7 +60,10 @@ async def call_tool(toolset: AbstractToolset[TutorDeps], ctx: RunContext[TutorDe
     tools = await toolset.get_tools(ctx)
     tool = tools[name]
     validated = tool.args_validator.validate_python(args)
-    return await toolset.call_tool(name, validated, ctx, tool)
+    result = await toolset.call_tool(name, validated, ctx, tool)
+    from pydantic_ai import ToolReturn
+
+    return result.return_value if isinstance(result, ToolReturn) else result  # what the model is shown
 
 
 @pytest.fixture(scope="module")

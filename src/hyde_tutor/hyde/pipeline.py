@@ -14,15 +14,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..config import HydeSettings, QuestionSettings, Settings
 from ..errors import CollectionNotFoundError, HydeTutorError
 from .domains import DOMAINS
 from .hypotheses import Domain, GenerationResult, Hypothesis, HypothesisGenerator, shape_hypothesis
-from ..llm.generation import TokenUsage
 from .request import SearchRequest
+from .plan import Hypotheses, Plan, Ranked, agent_usage, result_errors
 from .cache import make_cache
 from ..telemetry import logfire
 from ..corpus.rendering import payload_text
@@ -38,62 +37,6 @@ from .result import RAW, FallbackReason, HydeResult, RetrievedDoc, StageTimings
 _log = logging.getLogger("hyde_tutor")
 QUESTIONS_RECHECK_S = 30.0
 """How long a missing questions collection is believed missing before the store is asked again."""
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """What one search will do, decided before anything runs (the request with every default filled in)."""
-
-    request: SearchRequest
-    text: str
-    top_k: int
-    depth: int
-    candidates: int
-    fusion: FusionMode
-    use_hyde: bool
-    n_hypotheses: int
-    domain: Domain
-    want_questions: bool
-    has_questions: bool
-    policy: HydePolicy
-
-    @property
-    def collection(self) -> str:
-        return self.request.collection
-
-    @property
-    def include_raw(self) -> bool:
-        return self.request.include_raw
-
-    @property
-    def one_call(self) -> bool:
-        return (self.request.generation or self.policy.generation) == "one_call"
-
-    @property
-    def cascade_margin(self) -> float:
-        return self.policy.cascade_margin if self.request.cascade_margin is None else self.request.cascade_margin
-
-
-@dataclass(frozen=True, slots=True)
-class Hypotheses:
-    """What the search has to search with: generated (or agent-written) hypotheses, or none and why."""
-
-    generated: GenerationResult | None
-    skipped: str | None = None
-    """``confident``: the cascade skipped generation because the raw ranking was sure."""
-    notes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Ranked:
-    """The ranking the HyDE stage produced (or the raw fallback), before rerank and threshold."""
-
-    docs: list[RetrievedDoc]
-    used_hyde: bool
-    reason: FallbackReason | None
-    notes: tuple[str, ...] = ()
-    embed_ms: float = 0.0
-    search_ms: float = 0.0
 
 
 class HydeRetriever:
@@ -266,7 +209,7 @@ class HydeRetriever:
         return HydeResult(
             plan.text, plan.collection, kept.docs, ranked.used_hyde, ranked.reason,
             hypotheses=list(gen.hypotheses), usage=gen.usage, effective_threshold=kept.threshold,
-            errors=_errors(gen, ranked, [*hypotheses.notes, *rerank_notes, *missing]),
+            errors=result_errors(gen, ranked, [*hypotheses.notes, *rerank_notes, *missing]),
             timings=StageTimings(raw.ms, gen.seconds * 1000, ranked.embed_ms, ranked.search_ms, rerank_ms,
                                  (time.perf_counter() - started) * 1000),
             fusion=plan.fusion, used_questions=plan.has_questions, skipped=hypotheses.skipped,
@@ -281,7 +224,7 @@ class HydeRetriever:
         agent, notes = self._agent_hypothesis(plan)
         policy = plan.policy
         if agent is not None and policy.agent_hypothesis == "replace":
-            return Hypotheses(GenerationResult(hypotheses=[agent], usage=_agent_usage(agent)), notes=notes)
+            return Hypotheses(GenerationResult(hypotheses=[agent], usage=agent_usage(agent)), notes=notes)
         if agent is None and plan.cascade_margin > 0:
             raw = await raw_task  # the cascade reads the raw ranking first (one encode + one search, ~10 ms)
             margin = stages.top_margin(raw.channels[RAW])
@@ -292,7 +235,7 @@ class HydeRetriever:
                                                    one_call=plan.one_call)
         if agent is not None:  # agent_hypothesis = add: searched beside the generated ones
             generated.hypotheses.insert(0, agent)
-            generated.usage.add(_agent_usage(agent))
+            generated.usage.add(agent_usage(agent))
         return Hypotheses(generated, notes=notes)
 
     def _agent_hypothesis(self, plan: Plan) -> tuple[Hypothesis | None, tuple[str, ...]]:
@@ -369,18 +312,3 @@ class HydeRetriever:
             return False
         self._no_questions.pop(name, None)
         return True
-
-
-def _agent_usage(agent: Hypothesis) -> TokenUsage:
-    """An agent-written hypothesis costs no LLM call here: its tokens are part of the agent's own response
-    and counted in that run's usage, so the search adds none (labelled ``agent``)."""
-    return TokenUsage(0, 0, 0, "agent")
-
-
-def _errors(gen: GenerationResult, ranked: Ranked, missing: list[str]) -> list[str]:
-    """What went wrong, for ``HydeResult.errors``: an embedding failure first (it decided the fallback),
-    then the generation's errors and timeouts, the gate's notes, a missing questions index."""
-    timeouts = [f"timeout x{gen.timeouts}"] if gen.timeouts else []
-    if ranked.reason == "embed_error":
-        return [*ranked.notes, *gen.errors, *timeouts, *missing]
-    return [*gen.errors, *timeouts, *ranked.notes, *missing]

@@ -33,7 +33,7 @@ class HydePolicy:
     The embedded 1.5B model's hypotheses are mostly off-topic, so for it: write one hypothesis (each
     costs 10-19 s of CPU, and three scored below raw), drop it if it shares fewer than 3 of its top 10
     with the raw query's top 10, and fuse by score with the hypothesis at half the query's weight, so
-    it reorders near-ties but cannot overtake a confident raw hit (README, "HyDE with the embedded model").
+    it reorders near-ties but cannot overtake a confident raw hit (docs/MEASUREMENTS.md, "HyDE with the embedded local models").
     And HyDE is off by default with it (``enabled``): measured, it costs 10-40 s per query and matches
     plain retrieval's quality; a call, the experiment or ``HYDE_HYDE__ENABLED=true`` can still turn it on.
     """

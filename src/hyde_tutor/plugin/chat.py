@@ -5,7 +5,7 @@ Two ways to wire the search into the tutor (``ChatMode``):
 * ``tools``: the model calls ``grammar_search`` / ``docs_search`` itself (capable models);
 * ``retrieve-first``: :class:`~hyde_tutor.retrieve_first.RetrieveFirst` searches before the model
   answers and the model only writes the answer (the embedded model, which does not call tools
-  reliably; measured in the README, "Chat with the embedded model").
+  reliably; measured in docs/MEASUREMENTS.md, "Chat with the embedded model").
 
 :func:`answer_turn` never raises for a model failure: the learner then gets the entries the search
 found and one line saying the model could not answer.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import queue
 import threading
 import warnings
@@ -20,6 +21,21 @@ from ..telemetry import logfire
 
 _counter = logfire.metric_counter("hyde.retrievals", unit="1", description="Retrievals by arm and fallback reason")
 _stage_ms = logfire.metric_histogram("hyde.stage_ms", unit="ms", description="Latency per retrieval stage")
+
+
+WRITE_TRIES = 3
+
+
+def _append(path: Path, data: bytes) -> None:
+    """Append ``data`` with one ``write`` on an ``O_APPEND`` descriptor (the kernel places it whole at the end)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 @dataclass(slots=True)
@@ -104,20 +120,29 @@ class Monitor:
             _stage_ms.record(ms, {"arm": rec.arm, "stage": stage.removesuffix("_ms")})
 
     def _write_lines(self) -> None:
+        """The writer thread: each burst of records is ONE ``write`` to an ``O_APPEND`` file, so lines of
+        several writers (processes or monitors) never tear into each other; a failed write is retried
+        (3 tries, then the burst is reported as lost, never silently)."""
         assert self.jsonl_path is not None
         while True:
-            line = self._lines.get()
+            batch = [self._lines.get()]
+            while not self._lines.empty():
+                batch.append(self._lines.get_nowait())
+            data = "".join(line + "\n" for line in batch).encode("utf-8")
             try:
-                with self.jsonl_path.open("a", encoding="utf-8") as fh:
-                    fh.write(line + "\n")
-                    while not self._lines.empty():  # write a burst with one open
-                        self._lines.task_done()
-                        fh.write(self._lines.get_nowait() + "\n")
-            except Exception as exc:  # noqa: BLE001 - a full disk must not take the tutor (or flush) down
-                warnings.warn(f"metrics JSONL {self.jsonl_path}: {type(exc).__name__}: {exc}", RuntimeWarning,
-                              stacklevel=1)
+                for attempt in range(1, WRITE_TRIES + 1):
+                    try:
+                        _append(self.jsonl_path, data)
+                        break
+                    except Exception as exc:  # noqa: BLE001 - a full disk must not take the tutor (or flush) down
+                        if attempt == WRITE_TRIES:
+                            warnings.warn(f"metrics JSONL {self.jsonl_path}: {type(exc).__name__}: {exc}; "
+                                          f"{len(batch)} records not written", RuntimeWarning, stacklevel=1)
+                        else:
+                            time.sleep(0.05 * attempt)
             finally:
-                self._lines.task_done()
+                for _ in batch:
+                    self._lines.task_done()
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait (at most ``timeout_s``) until every record so far is in the JSONL file; True if it is."""

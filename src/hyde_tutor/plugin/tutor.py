@@ -1,7 +1,7 @@
 """Retrieval-first tutoring: search before the model answers, so it only has to write the answer.
 
 Small local models do not call tools reliably (the embedded 1.5B model ends most tool-calling turns
-in ``UnexpectedModelBehavior``; README, "Chat with the embedded model"). :class:`RetrieveFirst` is a
+in ``UnexpectedModelBehavior``; docs/MEASUREMENTS.md, "Chat with the embedded model"). :class:`RetrieveFirst` is a
 pydantic-ai capability that runs the same searches the tools would (same experiment decision, same
 monitor records) on the learner's message before the first model request, and adds the entries it
 found to the instructions::
