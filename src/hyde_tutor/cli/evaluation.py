@@ -120,9 +120,14 @@ def bench(
     corpus: Annotated[Path, typer.Option(help="Corpus used for embedding / ingest throughput.")] = Path("data/grammar.jsonl"),
     llm_latency_ms: Annotated[float | None, typer.Option("--llm-latency-ms", min=0, help="Benchmark the HyDE pipeline with a simulated LLM of this latency instead.")] = None,
     queries: Annotated[int, typer.Option(help="Queries per setting in the pipeline benchmark.")] = 9,
+    load: Annotated[bool, typer.Option("--load", help="The load drill: concurrent tool calls against the configured "
+                                                      "embedder and store, a simulated flaky LLM.")] = False,
+    calls: Annotated[int, typer.Option("--calls", min=1, help="--load: tool calls in all.")] = 400,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="--load: concurrent tasks.")] = 50,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Throughput and latency benchmarks; with --llm-latency-ms, HyDE pipeline overhead vs ideal and sequential.
+    """Throughput and latency benchmarks; with --llm-latency-ms, HyDE pipeline overhead vs ideal and sequential;
+    with --load, the load drill (calls/s, p50/p95, max event-loop stall, failed calls, records; last line JSON).
 
     Everything is built in a temporary folder: your data dir is never written."""
     from ..evaluation.bench import format_rows, run_all
@@ -130,6 +135,8 @@ def bench(
     from ..retrieval.sparse import Bm25Encoder
 
     settings = Settings()
+    if load:
+        return _bench_load(settings, calls, concurrency, 2.0 if llm_latency_ms is None else llm_latency_ms, as_json)
     docs = [p.document for p in iter_jsonl_documents(corpus) if p.document is not None] if corpus.is_file() else []
     if not docs:
         fail(f"No documents in {corpus}.")
@@ -148,6 +155,22 @@ def bench(
         typer.echo(json.dumps({r.name: {"value": round(r.value, 3), "unit": r.unit} for r in rows}, ensure_ascii=False))
     else:
         typer.echo(format_rows(rows))
+
+
+def _bench_load(settings: Settings, calls: int, concurrency: int, latency_ms: float, as_json: bool) -> None:
+    from ..evaluation.load import load_drill
+
+    say = (lambda m: typer.echo(m, err=True))
+    try:
+        report = load_drill(settings, calls=calls, concurrency=concurrency, llm_latency_ms=latency_ms, progress=say)
+    except HydeTutorError as exc:
+        fail(str(exc))
+    if not as_json:
+        typer.echo(f"{report.calls} calls from {report.concurrency} tasks on {report.embedder} + {report.store}: "
+                   f"{report.calls_per_s:.1f} calls/s, p50 {report.p50_ms:.0f} ms, p95 {report.p95_ms:.0f} ms, "
+                   f"max event-loop stall {report.max_loop_stall_ms:.0f} ms, {report.failed_calls} failed calls, "
+                   f"{report.records} records; fallbacks {report.fallbacks}")
+    typer.echo(report.to_json())
 
 
 def _bench_pipeline(settings: Settings, docs: list[Any], latency_ms: float, n_queries: int, as_json: bool) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..config import RetrievalSettings, Settings
+from .embedders.batching import BatchingEmbedder
 from .embedders import DenseEmbedder, embed_in_batches, make_dense_embedder
 from .sparse import Bm25Encoder, SparseVec
 from ..errors import CollectionNotFoundError
@@ -63,7 +64,8 @@ class Retriever:
         temporary store, for instance)."""
         sparse = Bm25Encoder(k1=settings.sparse.k1, b=settings.sparse.b)
         schemas = {name: CollectionSchema.from_settings(name, s) for name, s in settings.schemas.items()}
-        return cls(store or open_store(settings), make_dense_embedder(settings), sparse, settings.retrieval, settings.dense.batch_size,
+        dense = BatchingEmbedder(make_dense_embedder(settings))  # concurrent searches share embed calls
+        return cls(store or open_store(settings), dense, sparse, settings.retrieval, settings.dense.batch_size,
                    schemas=schemas, fastembed_dir=settings.data_dir / "fastembed")
 
     def sparse_for(self, collection: str | None) -> Any:
