@@ -167,3 +167,61 @@ def test_metrics_lines_of_several_writers_never_tear_and_a_failed_write_is_retri
     lines = path.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 4500 and all(json.loads(line)["experiment"] == "e" for line in lines)
     assert failures["left"] == 0  # the write that failed was tried again, and nothing was lost
+
+
+def test_a_crash_while_writing_questions_never_leaves_a_document_marked_current(tmp_path: Path, hash_embedder,
+                                                                               bm25) -> None:
+    """Question ingest wrote the 'done' stamp with a document's first question, in the first batch: a crash
+    after it left the document marked current with its other questions missing, and never regenerated."""
+    from hyde_tutor import EdgeStore
+    from hyde_tutor.corpus.ingest import ingest_documents, question_point_id
+    from hyde_tutor.hyde.question_index import ingest_questions
+    from hyde_tutor.retrieval.store import questions_collection
+
+    from .test_questions import DOCS, _generator, _model
+
+    store = EdgeStore(tmp_path / "edge")
+    ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
+    real = store.upsert
+    writes = {"n": 0}
+
+    def crashing_upsert(name, points):
+        writes["n"] += 1
+        if writes["n"] == 2:  # the second batch of question points: the process dies here
+            raise KeyboardInterrupt("power cut")
+        return real(name, points)
+
+    store.upsert = crashing_upsert  # type: ignore[method-assign]
+    try:
+        ingest_questions(DOCS, "grammar", store, hash_embedder, bm25, _generator(_model([]), None), 3,
+                         progress=False, batch_size=2)
+    except KeyboardInterrupt:
+        pass
+    store.upsert = real  # type: ignore[method-assign]
+    target = questions_collection("grammar")
+    stamps = store.stored_hashes(target, [question_point_id(d.id, 0) for d in DOCS])
+    stored = set(store.point_ids(target))
+    for d in DOCS:
+        if stamps.get(question_point_id(d.id, 0)):  # marked current: then all of its questions are there
+            from .test_questions import QUESTIONS_FOR
+
+            assert all(question_point_id(d.id, i) in stored for i in range(len(QUESTIONS_FOR[d.id])))
+    calls: list[str] = []
+    again = ingest_questions(DOCS, "grammar", store, hash_embedder, bm25, _generator(_model(calls), None), 3,
+                             progress=False)
+    assert again.points_in_collection == 6 and sorted(calls) == ["g1", "g2", "g3"]  # all redone: none was stamped
+    store.close()
+
+
+def test_collection_json_is_written_atomically(tmp_path: Path, monkeypatch) -> None:
+    from hyde_tutor import EdgeStore
+    from hyde_tutor.retrieval.store import CollectionSpec
+    from hyde_tutor.retrieval.store import edge
+
+    writes: list[str] = []
+    real_replace = edge.os.replace
+    monkeypatch.setattr(edge.os, "replace", lambda a, b: (writes.append(Path(b).name), real_replace(a, b)))
+    store = EdgeStore(tmp_path / "s")
+    store.create_collection("c", CollectionSpec("hash-test", 8, "kiwi"))
+    store.close()
+    assert writes == ["collection.json"] and not list((tmp_path / "s" / "c").glob("*.tmp"))

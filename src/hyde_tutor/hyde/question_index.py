@@ -89,6 +89,10 @@ def ingest_questions(
                                               **d.payload, "question": q})
             for d, qs in ready for i, q in enumerate(qs)
         ]
+        # The stamp (on each document's first question) says "this document's questions are current": write
+        # the stamped points LAST, so a crash part-way leaves unstamped documents, regenerated next run,
+        # never a stamped document with questions missing.
+        points.sort(key=lambda p: bool(p[2][HASH_KEY]))
         for start in range(0, len(points), batch_size):
             batch = points[start : start + batch_size]
             texts = [q for _, q, _ in batch]

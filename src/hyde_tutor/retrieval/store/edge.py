@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 import json
+import os
 import shutil
 import threading
 from collections.abc import Sequence
@@ -151,7 +152,7 @@ class EdgeStore:
         _acquire(path, config)
         with self._lock:
             self._held[name] = path
-        (folder / META_FILE).write_text(json.dumps(spec.to_dict(), indent=2), encoding="utf-8")
+        _write_atomically(folder / META_FILE, json.dumps(spec.to_dict(), indent=2))
 
     def delete_collection(self, name: str) -> None:
         with self._lock:
@@ -242,6 +243,17 @@ class EdgeStore:
             if not isinstance(exc, Exception) or not _is_engine_error(exc):
                 raise
             raise _translate(exc, self._dir(name)) from exc
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so a reader sees the old file or the whole new one, never half of it (a
+    crash leaves at most a ``.tmp`` file, and no ``collection.json`` means no collection)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
 
 
 def _edge_query(req: SearchRequest) -> qe.QueryRequest:
