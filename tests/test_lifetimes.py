@@ -225,3 +225,32 @@ def test_collection_json_is_written_atomically(tmp_path: Path, monkeypatch) -> N
     store.create_collection("c", CollectionSpec("hash-test", 8, "kiwi"))
     store.close()
     assert writes == ["collection.json"] and not list((tmp_path / "s" / "c").glob("*.tmp"))
+
+
+def test_closing_the_embedder_while_a_call_starts_never_leaves_it_waiting() -> None:
+    import threading
+
+    from hyde_tutor.errors import EmbedderError
+    from hyde_tutor.retrieval.embedders.use import UseEmbedder
+
+    class Racy(UseEmbedder):
+        def _event_loop(self, coro):
+            loop = super()._event_loop(coro)
+            self.close()  # another thread's close() lands right here
+            return loop
+
+    embedder = Racy()
+    outcome: list[str] = []
+
+    def call() -> None:
+        try:
+            embedder.embed(["текст"])
+            outcome.append("returned")
+        except EmbedderError as exc:
+            outcome.append(str(exc))
+
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "the call waited forever on a closed embedder"
+    assert outcome and "closed" in outcome[0]

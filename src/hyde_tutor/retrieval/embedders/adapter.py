@@ -144,8 +144,17 @@ class PydanticAIEmbedder:
             finally:
                 otel_context.detach(token)
 
-        future = asyncio.run_coroutine_threadsafe(in_caller_context(), loop)
+        pending = in_caller_context()
+        try:
+            future = asyncio.run_coroutine_threadsafe(pending, loop)
+        except RuntimeError as exc:  # the loop was closed under us by close()
+            pending.close()
+            coro.close()
+            raise EmbedderError(f"{self.name}: the embedder was closed while this call was starting.") from exc
         with self._loop_lock:
+            if self._closed:  # close() ran between finding the loop and here: it never saw this call
+                future.cancel()
+                raise EmbedderError(f"{self.name}: the embedder was closed while this call was starting.")
             self._inflight.add(future)
         try:
             return future.result()
