@@ -62,7 +62,7 @@ def chat(
             return None
 
     try:
-        chat_loop(agent, deps, read, typer.echo, show_time=True)
+        chat_loop(agent, deps, read, typer.echo, show_time=True, search_first=chosen == "retrieve-first")
     finally:
         monitor.flush()
         hr.close()

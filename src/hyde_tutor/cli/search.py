@@ -47,8 +47,9 @@ def search(
     hr = open_hyde()
     texts = [q for _, q in queries]
     if compare or hyde or (hyde is None and hr.policy.enabled):
-        typer.echo(f"searching {len(texts)} quer{'y' if len(texts) == 1 else 'ies'}; writing hypotheses with the LLM "
-                   "(the embedded model takes 10-20 s per hypothesis; it starts on first use)…", err=True)
+        slow = " (the embedded model: 10-20 s per hypothesis; it starts on first use)" if hr.weak_model else ""
+        typer.echo(f"searching {len(texts)} quer{'y' if len(texts) == 1 else 'ies'}; writing hypotheses with the "
+                   f"LLM{slow}…", err=True)
     try:
         results = asyncio.run(hr.search_many(collection, texts, top_k=top_k, use_hyde=True if compare else hyde,
                                              n_hypotheses=hypotheses, fusion=fusion, use_questions=questions))

@@ -212,8 +212,10 @@ class LocalLlamaServer:
 
 
 class LlamaCppCompatTransport(httpx2.AsyncBaseTransport):
-    """Rewrites chat requests for ``llama_cpp.server``, whose schema rejects ``"content": null``
-    on assistant tool-call messages (the OpenAI API allows it)."""
+    """Rewrites chat requests for ``llama_cpp.server``: its schema rejects ``"content": null`` on assistant
+    tool-call messages (the OpenAI API allows it), and it takes a structured-output schema as
+    ``{"type": "json_object", "schema": ...}`` (a grammar that constrains every token), not OpenAI's
+    ``{"type": "json_schema", "json_schema": {"schema": ...}}``."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport | None = None) -> None:
         self.inner = inner or httpx2.AsyncHTTPTransport()
@@ -224,6 +226,10 @@ class LlamaCppCompatTransport(httpx2.AsyncBaseTransport):
             for message in body.get("messages", []):
                 if message.get("role") == "assistant" and message.get("content") is None:
                     message["content"] = ""
+            fmt = body.get("response_format")
+            if isinstance(fmt, dict) and fmt.get("type") == "json_schema":  # OpenAI's structured output
+                schema = (fmt.get("json_schema") or {}).get("schema") or {}
+                body["response_format"] = {"type": "json_object", "schema": schema}  # llama.cpp's grammar form
             content = json.dumps(body).encode()
             headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
             request = httpx2.Request(request.method, request.url, headers=headers, content=content,

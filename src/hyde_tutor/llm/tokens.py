@@ -9,10 +9,12 @@ they appear, so they are never mistaken for a provider's billed figures.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 _log = logging.getLogger("hyde_tutor")
@@ -37,7 +39,8 @@ class GGUFVocabCounter:
 
         self.name = name
         self._lock = threading.Lock()  # one tokenizer context, not documented as thread-safe
-        self._llama = Llama(model_path=str(gguf), vocab_only=True, verbose=False)
+        with _quiet_stderr():  # llama.cpp prints a context warning from C even with verbose=False
+            self._llama = Llama(model_path=str(gguf), vocab_only=True, verbose=False)
 
     def _count(self, text: str) -> int:
         with self._lock:
@@ -50,6 +53,23 @@ class GGUFVocabCounter:
 
     def count_text(self, text: str) -> int:
         return self._count(text) if text else 0
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 to /dev/null for the duration (C code writes there directly)."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to silence
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 _counters: dict[str, TokenCounter | None] = {}

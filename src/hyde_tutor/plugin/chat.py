@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic_ai import Agent
+from pydantic_ai import Agent, NativeOutput
 from pydantic_ai.messages import ModelMessage, ToolCallPart
 from pydantic_ai.usage import UsageLimits
 
@@ -29,6 +29,7 @@ from .monitor import Monitor, RetrievalRecord
 from ..corpus.rendering import entry_label, format_entries
 from .tutor import TUTOR_MODES, HydeTutor, TutorMode
 from ..errors import HydeTutorError
+from .grounding import GroundedAnswer, ground_reply, render_answer
 from .toolset import TutorDeps, compact_result
 
 _log = logging.getLogger("hyde_tutor")
@@ -43,21 +44,31 @@ def default_chat_mode(backend: Any) -> ChatMode:
 
 
 def build_tutor_agent(
-    model: Any, model_settings: dict[str, Any] | None = None, *, mode: ChatMode | Literal["auto"] = "tools"
-) -> Agent[TutorDeps, str]:
+    model: Any, model_settings: dict[str, Any] | None = None, *, mode: ChatMode | Literal["auto"] = "tools",
+    grounded: bool | None = None,
+) -> Agent[TutorDeps, Any]:
     """A Russian-speaking Korean tutor wired with the HyDE search (:class:`HydeTutor`).
 
     Args:
         model: a pydantic-ai model, or an :class:`~hyde_tutor.llm.LLMBackend` (its model and settings are used).
         model_settings: extra model settings (the backend's, when ``model`` is a backend).
         mode: ``tools``, ``retrieve-first``, or ``auto`` (:func:`default_chat_mode` of the backend).
+        grounded: retrieve-first asks for a structured answer (:class:`GroundedAnswer`, rendered with the
+            chosen entry by :func:`answer_turn`); None: for the embedded local model, whose free text is
+            not reliably grounded. Every reply still passes :func:`~hyde_tutor.plugin.grounding.ground_reply`.
     """
     backend = model if hasattr(model, "extra_settings") and hasattr(model, "kind") else None
     if backend is not None:
         model, model_settings = backend.model, model_settings or backend.extra_settings
-    tutor = HydeTutor.for_backend(backend) if mode == "auto" else HydeTutor(mode=mode)
-    return Agent(model, deps_type=TutorDeps, capabilities=[tutor], model_settings=model_settings or None,  # type: ignore[arg-type]
-                 retries=2)
+    chosen = HydeTutor.for_backend(backend).mode if mode == "auto" else mode
+    if grounded is None:
+        grounded = getattr(backend, "kind", None) == "local"
+    if chosen == "retrieve-first" and grounded:  # a structured choice among the found entries (grounding.py)
+        tutor = HydeTutor(mode="retrieve-first", grounded=True)
+        return Agent(model, deps_type=TutorDeps, capabilities=[tutor], output_type=NativeOutput(GroundedAnswer),  # type: ignore[arg-type]
+                     model_settings=model_settings or None, retries=2)
+    return Agent(model, deps_type=TutorDeps, capabilities=[HydeTutor(mode=chosen)],  # type: ignore[arg-type]
+                 model_settings=model_settings or None, retries=2)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,21 +88,32 @@ class Turn:
     """The entries the searches returned this turn (what the model was shown)."""
     messages: tuple[ModelMessage, ...] = field(default=(), repr=False)
     """The conversation so far, to pass as the next turn's history (unchanged when the model failed)."""
+    replaced: bool = False
+    """The model's reply named no found entry or held no Korean, and was replaced by the top entry."""
 
 
 def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
-                history: Sequence[ModelMessage] = (), *, max_requests: int = 6) -> Turn:
+                history: Sequence[ModelMessage] = (), *, max_requests: int = 6,
+                on_found: Callable[[list[dict[str, Any]], list[RetrievalRecord]], None] | None = None) -> Turn:
     """Answer one learner message. Never raises for a model failure.
 
     ``max_requests`` caps model requests per turn: small local models can loop on tool calls.
+    ``on_found`` (retrieve-first agents): search first and hand over what was found before the model
+    starts, so a chat shows the entries while the model is still writing.
     """
     started = time.perf_counter()
     deps.clear_found()
     before = deps.monitor.total if deps.monitor else 0
+    if on_found is not None:
+        entries = _prefetch(deps, question)
+        on_found(entries, _new_records(deps.monitor, before))
     try:
         result = agent.run_sync(question, deps=deps, message_history=list(history),
                                 usage_limits=UsageLimits(request_limit=max_requests))
-        text = str(result.output or "").strip()
+        if isinstance(result.output, GroundedAnswer):
+            text, replaced = render_answer(result.output, deps.found), False
+        else:
+            text, replaced = ground_reply(html.unescape(str(result.output or "").strip()), deps.found)
         if not text:
             raise ValueError("the model returned an empty answer")
     except Exception as exc:  # noqa: BLE001 - whatever the model does, the turn ends with a reply
@@ -102,7 +124,8 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
     calls = tuple(f"{p.tool_name}({p.args_as_json_str()})" for m in result.new_messages()
                   for p in getattr(m, "parts", []) if isinstance(p, ToolCallPart))
     return Turn(text=text, tool_calls=calls, records=tuple(_new_records(deps.monitor, before)),
-                seconds=time.perf_counter() - started, found=tuple(deps.found), messages=tuple(result.all_messages()))
+                seconds=time.perf_counter() - started, found=tuple(deps.found), messages=tuple(result.all_messages()),
+                replaced=replaced)
 
 
 def _fallback_reply(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str, reason: str) -> str:
@@ -115,6 +138,28 @@ def _fallback_reply(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str
     if not entries:
         return line + "\nВ справочнике ничего не нашлось; попробуйте переформулировать вопрос."
     return line + "\nВот что нашлось в справочнике:\n" + format_entries(entries, max_chars=2400)
+
+
+def _prefetch(deps: TutorDeps, question: str) -> list[dict[str, Any]]:
+    """The retrieve-first searches (same decision, records and results as in the run), done now."""
+    from pydantic_ai._utils import get_event_loop
+
+    from .toolset import search_for_context
+    from .tutor import RetrieveFirst
+
+    rf = RetrieveFirst()
+
+    async def both() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for tool, collection, k in (("grammar_search", rf.grammar_collection, rf.grammar_top_k),
+                                    ("docs_search", rf.docs_collection, rf.docs_top_k)):
+            if collection:
+                found += await search_for_context(deps, tool, collection, question, k)
+        return found
+
+    entries = get_event_loop().run_until_complete(both())
+    deps.prefetch(question, entries)
+    return entries
 
 
 def _search_now(deps: TutorDeps, question: str) -> list[dict[str, Any]]:
@@ -149,8 +194,12 @@ def ru_plural(n: int, one: str, few: str, many: str) -> str:
 
 
 def chat_loop(agent: Agent[TutorDeps, str], deps: TutorDeps, read: Callable[[], str | None],
-              write: Callable[[str], None], max_requests: int = 6, *, show_time: bool = False) -> int:
-    """Read a line, answer it, show the tool calls and HyDE use; stop at EOF or /exit. Returns turns taken."""
+              write: Callable[[str], None], max_requests: int = 6, *, show_time: bool = False,
+              search_first: bool = False) -> int:
+    """Read a line, answer it, show the tool calls and HyDE use; stop at EOF or /exit. Returns turns taken.
+
+    ``search_first`` (retrieve-first agents): the searches and what they found are shown as soon as they
+    are done, before the model starts writing (with the embedded model that is seconds earlier)."""
     history: tuple[ModelMessage, ...] = ()
     turns = 0
     while True:
@@ -159,20 +208,34 @@ def chat_loop(agent: Agent[TutorDeps, str], deps: TutorDeps, read: Callable[[], 
             return turns
         if not line.strip():
             continue
-        turn = answer_turn(agent, deps, line.strip(), history, max_requests=max_requests)
+        shown: list[RetrievalRecord] = []
+
+        def found_now(entries: list[dict[str, Any]], records: list[RetrievalRecord]) -> None:
+            _show_records(records, write)
+            shown.extend(records)
+            if entries:
+                write("  найдено: " + "; ".join(entry_label(e) for e in entries[:4]))
+            write("  (модель пишет ответ…)")
+
+        turn = answer_turn(agent, deps, line.strip(), history, max_requests=max_requests,
+                           on_found=found_now if search_first else None)
         history = turn.messages
         for call in turn.tool_calls:
             write(f"  → {call}")
-        for rec in turn.records:
-            how = "HyDE" if rec.used_hyde else f"без HyDE ({rec.fallback_reason or rec.reason})"
-            write(f"  ← {rec.tool}: {rec.results} {ru_plural(rec.results, 'результат', 'результата', 'результатов')}, "
-                  f"{how}, arm={rec.arm}, {rec.total_ms:.0f} мс")
-        if turn.found and turn.model_error is None:
+        _show_records([r for r in turn.records if r not in shown], write)
+        if turn.found and turn.model_error is None and not search_first:
             write("  найдено: " + "; ".join(entry_label(e) for e in turn.found[:4]))
-        write(html.unescape(turn.text))  # llama.cpp's replies can carry HTML entities (&#34;가고 싶어요.&#34;)
+        write(turn.text)
         if show_time:
             write(f"  ({turn.seconds:.1f} с)")
         turns += 1
+
+
+def _show_records(records: Sequence[RetrievalRecord], write: Callable[[str], None]) -> None:
+    for rec in records:
+        how = "HyDE" if rec.used_hyde else f"без HyDE ({rec.fallback_reason or rec.reason})"
+        write(f"  ← {rec.tool}: {rec.results} {ru_plural(rec.results, 'результат', 'результата', 'результатов')}, "
+              f"{how}, arm={rec.arm}, {rec.total_ms:.0f} мс")
 
 
 def _new_records(monitor: Monitor | None, before: int) -> list[RetrievalRecord]:

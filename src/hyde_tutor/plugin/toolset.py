@@ -65,6 +65,7 @@ class TutorDeps:
     unavailable: list[str] = field(default_factory=list)
     """Why searches run on the model's behalf failed in this turn (retrieve-first says so instead of entries)."""
     _found_by_question: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
+    _prefetched: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
     _found_run: str | None = field(default=None, repr=False)
 
     async def acurrent_experiment(self) -> Experiment | None:
@@ -96,6 +97,14 @@ class TutorDeps:
 
     def remember_found(self, question: str, entries: list[dict[str, Any]]) -> None:
         self._found_by_question[question] = entries
+
+    def prefetch(self, question: str, entries: list[dict[str, Any]]) -> None:
+        """Entries searched for ``question`` before the agent run (the chat shows them at once); the run's
+        retrieve-first step takes them instead of searching again."""
+        self._prefetched[question] = entries
+
+    def take_prefetched(self, question: str) -> list[dict[str, Any]] | None:
+        return self._prefetched.pop(question, None)
 
 
 def compact_result(doc: RetrievedDoc) -> dict[str, Any]:

@@ -50,6 +50,11 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
         question = ctx.prompt if isinstance(ctx.prompt, str) else ""
         ctx.deps.begin_run(getattr(ctx, "run_id", None))  # searched once per run, not reused across runs
         cached = ctx.deps.found_for(question) if question else None
+        if cached is None and question:
+            cached = ctx.deps.take_prefetched(question)
+            if cached is not None:  # searched before the run (the chat showed them): the run's found entries
+                ctx.deps.found.extend(cached)
+                ctx.deps.remember_found(question, cached)
         if cached is None:
             cached = []
             for tool, collection, k in (("grammar_search", self.grammar_collection, self.grammar_top_k),
@@ -85,6 +90,10 @@ class HydeTutor(AbstractCapability[TutorDeps]):
     mode: TutorMode = "tools"
     grammar_collection: str | None = "grammar"
     docs_collection: str | None = "docs"
+    grounded: bool = False
+    """retrieve-first: instructions for a structured answer (:class:`~hyde_tutor.plugin.grounding.GroundedAnswer`;
+    pair it with ``output_type=NativeOutput(GroundedAnswer)``, as :func:`~hyde_tutor.plugin.chat.build_tutor_agent`
+    does)."""
 
     def __post_init__(self) -> None:
         if self.mode not in TUTOR_MODES:
@@ -98,7 +107,8 @@ class HydeTutor(AbstractCapability[TutorDeps]):
 
     def get_instructions(self) -> Any:
         if self.mode == "retrieve-first":
-            return [tutor_answer_instructions(), self._retrieve._found_entries]
+            base = load_prompt("tutor_grounded").text if self.grounded else tutor_answer_instructions()
+            return [base, self._retrieve._found_entries]
         return tutor_instructions()
 
     def get_toolset(self) -> Any:
