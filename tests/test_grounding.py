@@ -122,3 +122,34 @@ def test_a_search_first_chat_shows_the_entries_before_the_model_answers(retrieve
     assert found < events.index("MODEL")  # shown before the model was asked
     assert sum(e.startswith("  ← grammar_search") for e in events) == 1  # searched once, not again in the run
     assert "По-корейски: 가고 싶어요" in events[-1]
+
+
+def test_the_chat_streams_a_reply_and_reports_time_to_first_token(retriever) -> None:
+    import asyncio
+    import time
+
+    from pydantic_ai.models.function import DeltaToolCall
+
+    from hyde_tutor.plugin.chat import chat_loop
+
+    hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
+    arrivals: list[tuple[float, str]] = []
+
+    async def slow_tokens(messages, info):
+        if any(isinstance(p, ToolReturnPart) for p in messages[-1].parts):
+            for token in ["Используйте -고 싶다: ", "부산에 ", "가고 ", "싶어요."]:
+                await asyncio.sleep(0.15)
+                yield token
+        else:
+            yield {0: DeltaToolCall(name="grammar_search", json_args='{"query": "хочу поехать"}')}
+
+    agent = build_tutor_agent(FunctionModel(stream_function=slow_tokens), mode="tools")
+    lines = iter(["Как сказать, что хочу поехать?", None])
+    out: list[str] = []
+    started = time.perf_counter()
+    chat_loop(agent, TutorDeps(retriever=hr), lambda: next(lines), out.append, show_time=True,
+              stream=lambda t: arrivals.append((time.perf_counter() - started, t)))
+    assert [t for _, t in arrivals] == ["Используйте -고 싶다: ", "부산에 ", "가고 ", "싶어요."]
+    assert arrivals[-1][0] - arrivals[0][0] >= 0.4  # tokens arrived one by one, not at the end
+    assert "первый токен через" in out[-1]
+    assert "Используйте -고 싶다" not in "".join(out[:-1])  # not printed twice

@@ -62,7 +62,9 @@ def chat(
             return None
 
     try:
-        chat_loop(agent, deps, read, typer.echo, show_time=True, search_first=chosen == "retrieve-first")
+        stream = (lambda text: (sys.stdout.write(text), sys.stdout.flush())) if interactive else None
+        chat_loop(agent, deps, read, typer.echo, show_time=True, search_first=chosen == "retrieve-first",
+                  stream=stream)
     finally:
         monitor.flush()
         hr.close()

@@ -90,16 +90,22 @@ class Turn:
     """The conversation so far, to pass as the next turn's history (unchanged when the model failed)."""
     replaced: bool = False
     """The model's reply named no found entry or held no Korean, and was replaced by the top entry."""
+    streamed: bool = False
+    """The reply's text went to ``on_text`` as it was generated (the caller has shown it already)."""
+    first_token_s: float | None = None
+    """Seconds from the question to the first streamed token of the reply."""
 
 
 def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
                 history: Sequence[ModelMessage] = (), *, max_requests: int = 6,
-                on_found: Callable[[list[dict[str, Any]], list[RetrievalRecord]], None] | None = None) -> Turn:
+                on_found: Callable[[list[dict[str, Any]], list[RetrievalRecord]], None] | None = None,
+                on_text: Callable[[str], None] | None = None) -> Turn:
     """Answer one learner message. Never raises for a model failure.
 
     ``max_requests`` caps model requests per turn: small local models can loop on tool calls.
     ``on_found`` (retrieve-first agents): search first and hand over what was found before the model
-    starts, so a chat shows the entries while the model is still writing.
+    starts, so a chat shows the entries while the model is still writing. ``on_text`` streams a text
+    reply as it is generated (pydantic-ai ``run_stream_events``); a structured answer is not streamed.
     """
     started = time.perf_counter()
     deps.clear_found()
@@ -107,9 +113,14 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
     if on_found is not None:
         entries = _prefetch(deps, question)
         on_found(entries, _new_records(deps.monitor, before))
+    first_token: float | None = None
+    streaming = on_text is not None and agent.output_type is str
     try:
-        result = agent.run_sync(question, deps=deps, message_history=list(history),
-                                usage_limits=UsageLimits(request_limit=max_requests))
+        if streaming:
+            result, first_token = _run_streaming(agent, deps, question, history, max_requests, on_text)  # type: ignore[arg-type]
+        else:
+            result = agent.run_sync(question, deps=deps, message_history=list(history),
+                                    usage_limits=UsageLimits(request_limit=max_requests))
         if isinstance(result.output, GroundedAnswer):
             text, replaced = render_answer(result.output, deps.found), False
         else:
@@ -125,7 +136,8 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
                   for p in getattr(m, "parts", []) if isinstance(p, ToolCallPart))
     return Turn(text=text, tool_calls=calls, records=tuple(_new_records(deps.monitor, before)),
                 seconds=time.perf_counter() - started, found=tuple(deps.found), messages=tuple(result.all_messages()),
-                replaced=replaced)
+                replaced=replaced, streamed=streaming,
+                first_token_s=None if first_token is None else first_token - started)
 
 
 def _fallback_reply(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str, reason: str) -> str:
@@ -138,6 +150,34 @@ def _fallback_reply(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str
     if not entries:
         return line + "\nВ справочнике ничего не нашлось; попробуйте переформулировать вопрос."
     return line + "\nВот что нашлось в справочнике:\n" + format_entries(entries, max_chars=2400)
+
+
+def _run_streaming(agent: Agent[TutorDeps, Any], deps: TutorDeps, question: str, history: Sequence[ModelMessage],
+                   max_requests: int, on_text: Callable[[str], None]) -> tuple[Any, float | None]:
+    """The agent run with its text parts handed to ``on_text`` as they arrive; (result, first-token time)."""
+    from pydantic_ai._utils import get_event_loop
+    from pydantic_ai.messages import PartDeltaEvent, PartStartEvent, TextPart, TextPartDelta
+
+    first: list[float] = []
+
+    def emit(text: str) -> None:
+        if text:
+            if not first:
+                first.append(time.perf_counter())
+            on_text(text)
+
+    async def run() -> Any:
+        async with agent.run_stream_events(question, deps=deps, message_history=list(history),
+                                           usage_limits=UsageLimits(request_limit=max_requests)) as events:
+            async for event in events:
+                if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+                    emit(event.part.content)
+                elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+                    emit(event.delta.content_delta)
+            return events.result
+
+    result = get_event_loop().run_until_complete(run())
+    return result, (first[0] if first else None)
 
 
 def _prefetch(deps: TutorDeps, question: str) -> list[dict[str, Any]]:
@@ -195,11 +235,13 @@ def ru_plural(n: int, one: str, few: str, many: str) -> str:
 
 def chat_loop(agent: Agent[TutorDeps, str], deps: TutorDeps, read: Callable[[], str | None],
               write: Callable[[str], None], max_requests: int = 6, *, show_time: bool = False,
-              search_first: bool = False) -> int:
+              search_first: bool = False, stream: Callable[[str], None] | None = None) -> int:
     """Read a line, answer it, show the tool calls and HyDE use; stop at EOF or /exit. Returns turns taken.
 
     ``search_first`` (retrieve-first agents): the searches and what they found are shown as soon as they
-    are done, before the model starts writing (with the embedded model that is seconds earlier)."""
+    are done, before the model starts writing (with the embedded model that is seconds earlier).
+    ``stream`` (a terminal): a text reply is written through it token by token as it is generated, and the
+    time to the first token is shown with the time per turn."""
     history: tuple[ModelMessage, ...] = ()
     turns = 0
     while True:
@@ -218,16 +260,22 @@ def chat_loop(agent: Agent[TutorDeps, str], deps: TutorDeps, read: Callable[[], 
             write("  (модель пишет ответ…)")
 
         turn = answer_turn(agent, deps, line.strip(), history, max_requests=max_requests,
-                           on_found=found_now if search_first else None)
+                           on_found=found_now if search_first else None, on_text=stream)
         history = turn.messages
         for call in turn.tool_calls:
             write(f"  → {call}")
         _show_records([r for r in turn.records if r not in shown], write)
         if turn.found and turn.model_error is None and not search_first:
             write("  найдено: " + "; ".join(entry_label(e) for e in turn.found[:4]))
-        write(turn.text)
+        if turn.streamed and turn.model_error is None:
+            write("")  # end the streamed line
+            if turn.replaced:  # what streamed did not teach from the entries: the replacement follows
+                write(turn.text)
+        else:
+            write(turn.text)
         if show_time:
-            write(f"  ({turn.seconds:.1f} с)")
+            ttft = f", первый токен через {turn.first_token_s:.1f} с" if turn.first_token_s is not None else ""
+            write(f"  ({turn.seconds:.1f} с{ttft})")
         turns += 1
 
 
