@@ -347,3 +347,19 @@ def test_spans_nest_under_the_agent_tool_span(hyde_retriever, capfire) -> None:
     assert any("grammar_search" in name for name in chain), chain
     generate = next(s for s in spans if s["name"] == "hyde.generate")
     assert "hyde.search {collection}" in list(ancestors(generate))
+
+
+def _readme_stream_block() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Add HyDE to your agent", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)[1]
+
+
+@pytest.mark.slow
+def test_readme_streaming_example_runs_with_default_settings(isolated_env: Path, capsys) -> None:
+    """The streaming block, verbatim, on the embedded model: text arrives and is printed."""
+    code = _readme_stream_block()
+    _ingest_small_bundled(isolated_env)
+    exec(compile(code, "README.md", "exec"), {"__name__": "__readme__"})
+    out = capsys.readouterr().out
+    assert len(out.strip()) > 10 and re.search("[а-яё가-힣]", out.lower())
