@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from hyde_tutor.hyde.hypotheses import DOMAINS
@@ -46,20 +47,24 @@ def main() -> None:
     refs = (system.ref, request.ref, persp.ref)
     writer = RecordingWriter(args.out)
     added = 0
-    for path in args.answers:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            query = row["query"].strip()
-            user = render_hypothesis_request(request, query, instructions[row["perspective"]])
-            rec = Recording(kind="hypothesis", domain=args.domain, query=query, perspective=row["perspective"],
-                            text=row["text"], model=MODEL_LABEL, prompt_refs=refs,
-                            prompt_sha256=request_sha256(system.text, user), created=utc_now())
-            if not writer.has(rec.key):
-                writer.append(rec)
-                added += 1
+    for row in _rows(args.answers):
+        query = row["query"].strip()
+        user = render_hypothesis_request(request, query, instructions[row["perspective"]])
+        rec = Recording(kind="hypothesis", domain=args.domain, query=query, perspective=row["perspective"],
+                        text=row["text"], model=MODEL_LABEL, prompt_refs=refs,
+                        prompt_sha256=request_sha256(system.text, user), created=utc_now())
+        if not writer.has(rec.key):
+            writer.append(rec)
+            added += 1
     print(f"{args.out}: {added} records added")
+
+
+def _rows(paths: list[Path]) -> Iterator[dict]:
+    """The writer's answers, one JSON object per non-empty line, file after file."""
+    for path in paths:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                yield json.loads(line)
 
 
 def one_call(args: argparse.Namespace, profile: object) -> None:
@@ -70,19 +75,15 @@ def one_call(args: argparse.Namespace, profile: object) -> None:
              if l.strip()}
     writer = RecordingWriter(args.out)
     added = 0
-    for path in args.answers:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            query, chosen = texts[row["id"]].strip(), perspectives[: int(row["n"])]
-            user = render_multi_request(request, query, [p.instruction for p in chosen])
-            rec = Recording(kind="hypotheses", domain=args.domain, query=query, perspective="+".join(p.name for p in chosen),
-                            text=row["text"], model=MODEL_LABEL, prompt_refs=(system.ref, request.ref, persp.ref),
-                            prompt_sha256=request_sha256(system.text, user), created=utc_now())
-            if not writer.has(rec.key):
-                writer.append(rec)
-                added += 1
+    for row in _rows(args.answers):
+        query, chosen = texts[row["id"]].strip(), perspectives[: int(row["n"])]
+        user = render_multi_request(request, query, [p.instruction for p in chosen])
+        rec = Recording(kind="hypotheses", domain=args.domain, query=query, perspective="+".join(p.name for p in chosen),
+                        text=row["text"], model=MODEL_LABEL, prompt_refs=(system.ref, request.ref, persp.ref),
+                        prompt_sha256=request_sha256(system.text, user), created=utc_now())
+        if not writer.has(rec.key):
+            writer.append(rec)
+            added += 1
     print(f"{args.out}: {added} records added")
 
 

@@ -13,14 +13,7 @@ from hyde_tutor.config import HydeSettings
 from hyde_tutor.hyde import HydeRetriever
 
 
-async def _max_stall(until: asyncio.Event, tick_s: float = 0.005) -> float:
-    """The longest the event loop went without running this coroutine."""
-    worst, last = 0.0, time.perf_counter()
-    while not until.is_set():
-        await asyncio.sleep(tick_s)
-        now = time.perf_counter()
-        worst, last = max(worst, now - last - tick_s), now
-    return worst
+from hyde_tutor.evaluation.load import max_loop_stall as _max_stall  # noqa: E402 - one ticker for tests and the drill
 
 
 async def test_a_backend_that_fails_to_start_never_blocks_the_loop(retriever) -> None:

@@ -52,18 +52,15 @@ def tool_context(deps: TutorDeps) -> RunContext[TutorDeps]:
 
 async def call_tool(toolset: AbstractToolset[TutorDeps], ctx: RunContext[TutorDeps], name: str,
                     args: dict[str, Any]) -> Any:
-    """Call a tool as pydantic-ai's tool manager does: schema-validate the arguments, then ``call_tool``.
+    """Call a tool as pydantic-ai's tool manager does (``hyde_tutor.evaluation.load.call_tool``): schema-validate
+    the arguments, then ``call_tool``; returns what the model is shown.
 
     Raises what the agent would turn into a retry prompt (``pydantic.ValidationError`` for arguments the
     schema rejects, ``ModelRetry`` for arguments the tool rejects); anything else is a crash.
     """
-    tools = await toolset.get_tools(ctx)
-    tool = tools[name]
-    validated = tool.args_validator.validate_python(args)
-    result = await toolset.call_tool(name, validated, ctx, tool)
-    from pydantic_ai import ToolReturn
+    from hyde_tutor.evaluation.load import call_tool as drill_call
 
-    return result.return_value if isinstance(result, ToolReturn) else result  # what the model is shown
+    return await drill_call(toolset, ctx, name, args)
 
 
 @pytest.fixture(scope="module")

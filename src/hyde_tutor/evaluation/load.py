@@ -25,7 +25,7 @@ import numpy as np
 
 from ..config import Settings
 
-__all__ = ["LoadReport", "run_load", "load_drill"]
+__all__ = ["LoadReport", "call_tool", "load_drill", "max_loop_stall", "run_load"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ class LoadReport:
                           ensure_ascii=False)
 
 
-async def _max_stall(until: asyncio.Event, tick_s: float = 0.005) -> float:
+async def max_loop_stall(until: asyncio.Event, tick_s: float = 0.005) -> float:
     """The longest the event loop went without running this coroutine (seconds)."""
     worst, last = 0.0, time.perf_counter()
     while not until.is_set():
@@ -105,7 +105,7 @@ async def run_load(hr: Any, queries: list[str], *, calls: int = 400, concurrency
 
     before = monitor.total
     done = asyncio.Event()
-    ticker = asyncio.create_task(_max_stall(done))
+    ticker = asyncio.create_task(max_loop_stall(done))
     started = time.perf_counter()
     await asyncio.gather(*(worker(w) for w in range(concurrency)))
     wall = time.perf_counter() - started
