@@ -35,7 +35,7 @@ def evaluate(
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of nDCG@10 and recall@5 per arm and query group.")] = None,
 ) -> None:
     """Score arms on the same queries: recall@1/5/10, precision@5, MRR@10, nDCG@10, per query group."""
-    from ..evaluation.arms import ARM_NAMES, HYDE_ARMS, HydeArm, RAW_ARMS, raw_arm
+    from ..evaluation.arms import ARM_NAMES, CONTEXT_ARMS, HYDE_ARMS, ContextArm, HydeArm, RAW_ARMS, raw_arm
     from ..evaluation.beir import evaluate_arms, report_json, report_table
     check_fusion(fusion)
     names = [a.strip() for a in arms.split(",") if a.strip()]
@@ -52,6 +52,8 @@ def evaluate(
             for a in names:
                 if a in RAW_ARMS:
                     runs[a] = raw_arm(hr.retriever, collection, k, *RAW_ARMS[a])
+                elif a in CONTEXT_ARMS:
+                    runs[a] = ContextArm(hr.retriever, collection, k)
                 else:
                     runs[a] = hyde_arms[a] = stack.enter_context(
                         HydeArm(hr, collection, k, HYDE_ARMS[a], hypotheses, fusion))  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..hyde import FusionMode, HydeRetriever
+from ..hyde.conversation import context_query
 from ..retrieval.retriever import Retriever, SearchMode
 
 ArmRun = Callable[[Sequence[str]], list[list[str]]]
@@ -38,7 +39,9 @@ HYDE_ARMS: dict[str, PipelineArm] = {
     "questions": PipelineArm(False, use_questions=True),
     "hyde+questions": PipelineArm(True, use_questions=True),
 }
-ARM_NAMES = (*RAW_ARMS, *HYDE_ARMS)
+CONTEXT_ARMS = ("context",)
+"""``context``: a follow-up searched with the previous question in front of it (plain hybrid, no LLM)."""
+ARM_NAMES = (*RAW_ARMS, *CONTEXT_ARMS, *HYDE_ARMS)
 
 
 def raw_arm(r: Retriever, collection: str, k: int, mode: SearchMode, fusion: str | None) -> ArmRun:
@@ -51,6 +54,27 @@ def raw_arm(r: Retriever, collection: str, k: int, mode: SearchMode, fusion: str
     return run
 
 
+def _text_and_history(item: Any) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """An arm's input: a query text, or an :class:`~hyde_tutor.evaluation.beir.EvalQuery` with its history."""
+    if isinstance(item, str):
+        return item, ()
+    return item.text, tuple(getattr(item, "history", ()) or ())
+
+
+class ContextArm:
+    """Plain hybrid search of each query with the conversation's previous question in front of it."""
+
+    takes_queries = True
+
+    def __init__(self, r: Retriever, collection: str, k: int) -> None:
+        self.r, self.collection, self.k = r, collection, k
+
+    def __call__(self, items: Sequence[Any]) -> list[list[str]]:
+        texts = [context_query(h, t, self.r.settings.max_query_chars) if h else t
+                 for t, h in map(_text_and_history, items)]
+        return [[h.doc_id for h in hits] for hits in self.r.search_many(self.collection, texts, self.k)]
+
+
 class HydeArm:
     """A HyDE pipeline arm. Its batches run on one event loop of its own (HTTP clients stay bound to
     it); ``reasons`` collects each query's fallback reasons, keyed by its text (a warm-up query counts once).
@@ -59,18 +83,31 @@ class HydeArm:
     def __init__(self, hr: HydeRetriever, collection: str, k: int, arm: PipelineArm, n: int | None,
                  fusion: FusionMode | None) -> None:
         self.hr, self.collection, self.k, self.arm, self.n, self.fusion = hr, collection, k, arm, n, fusion
+        self.takes_queries = True  # evaluate_arms hands over the queries, with their conversations
         self.reasons: dict[str, list[str]] = {}
         self.costs: dict[str, tuple[int, int, int, bool, str]] = {}
         """Per query text: (LLM calls, input tokens, output tokens, skipped by the cascade, usage source)."""
         self._loop = asyncio.new_event_loop()
 
-    def __call__(self, texts: Sequence[str]) -> list[list[str]]:
+    def __call__(self, items: Sequence[Any]) -> list[list[str]]:
         arm = self.arm
-        results = self._loop.run_until_complete(self.hr.search_many(
-            self.collection, list(texts), top_k=self.k, use_hyde=arm.use_hyde, n_hypotheses=self.n,
-            fusion=self.fusion, include_raw=arm.include_raw, use_questions=arm.use_questions,
-        ))
-        for text, res in zip(texts, results, strict=True):
+        pairs = [_text_and_history(item) for item in items]
+        keys = [getattr(item, "id", None) or text for item, (text, _) in zip(items, pairs, strict=True)]
+
+        async def run() -> list[Any]:
+            gate = asyncio.Semaphore(4)
+
+            async def one(text: str, history: tuple[tuple[str, str], ...]) -> Any:
+                async with gate:
+                    return await self.hr.search(
+                        self.collection, text, top_k=self.k, use_hyde=arm.use_hyde, n_hypotheses=self.n,
+                        fusion=self.fusion, include_raw=arm.include_raw, use_questions=arm.use_questions,
+                        history=history)
+
+            return list(await asyncio.gather(*(one(t, h) for t, h in pairs)))
+
+        results = self._loop.run_until_complete(run())
+        for text, res in zip(keys, results, strict=True):
             u = res.usage
             # the first run of a text is what it cost (a repeat, e.g. after the warm-up, hits the cache)
             self.costs.setdefault(text, (u.requests, u.input_tokens, u.output_tokens, res.skipped is not None, u.source))

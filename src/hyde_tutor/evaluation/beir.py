@@ -24,6 +24,23 @@ class EvalQuery:
     id: str
     text: str
     group: str
+    history: tuple[tuple[str, str], ...] = ()
+    """Earlier turns of the conversation, oldest first: ``(role, content)``, role ``user`` or ``assistant``."""
+
+
+def parse_history(value: Any) -> tuple[tuple[str, str], ...]:
+    """A BEIR query's optional ``history``: ``[{"role": "user"|"assistant", "content": str}, ...]``."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise TypeError("history must be a list of {role, content} objects")
+    turns = []
+    for item in value:
+        if not isinstance(item, dict) or item.get("role") not in ("user", "assistant") \
+                or not isinstance(item.get("content"), str):
+            raise TypeError('each history item must be {"role": "user"|"assistant", "content": "..."}')
+        turns.append((item["role"], item["content"]))
+    return tuple(turns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +91,13 @@ def load_beir(root: Path, split: str = "test") -> BeirDataset:
                 qid, text = str(obj["_id"]), obj["text"]
                 if not isinstance(text, str):
                     raise TypeError("text is not a string")
+                history = parse_history(obj.get("history"))
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise HydeTutorError(
                     f"{queries_path}:{no}: expected a JSON object with \"_id\" and \"text\" ({type(exc).__name__}: {exc})."
                 ) from None
             if qid in qrels:
-                queries.append(EvalQuery(qid, text, query_group(obj.get("metadata"))))
+                queries.append(EvalQuery(qid, text, query_group(obj.get("metadata")), history))
     return BeirDataset(root, queries, qrels)
 
 
@@ -96,13 +114,14 @@ def evaluate_arms(dataset: BeirDataset, arms: Mapping[str, Arm], batch_size: int
     results: dict[str, ArmResult] = {}
     texts = [q.text for q in dataset.queries]
     for name, arm in arms.items():
-        arm(texts[:1])  # warm-up: model loading is not query latency
+        takes_queries = getattr(arm, "takes_queries", False)  # arms that need the conversation get the queries
+        arm(dataset.queries[:1] if takes_queries else texts[:1])  # warm-up: model loading is not query latency
         run: dict[str, list[str]] = {}
         per_query_ms: list[float] = []
         for start in range(0, len(texts), batch_size):
             chunk = dataset.queries[start : start + batch_size]
             t0 = time.perf_counter()
-            ranked = arm([q.text for q in chunk])
+            ranked = arm(chunk if takes_queries else [q.text for q in chunk])
             per_query_ms += [(time.perf_counter() - t0) * 1000 / len(chunk)] * len(chunk)
             run.update({q.id: r for q, r in zip(chunk, ranked, strict=True)})
         groups = sorted({q.group for q in dataset.queries})

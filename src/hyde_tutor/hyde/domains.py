@@ -27,6 +27,8 @@ class DomainProfile:
     """Perspectives file: one ``## name`` section each; N hypotheses use the first N."""
     multi_request: str
     """User message template asking ONE call for N hypotheses (``{query}``, ``{n}``, ``{perspectives}``)."""
+    followup_request: str = "hypothesis_followup_request"
+    """User message template for a follow-up question (``{conversation}``, ``{query}``, ``{perspective}``)."""
     min_hangul_chars: int
     """Drop a hypothesis with fewer Hangul characters (``HYDE_HYDE__MIN_HANGUL_CHARS`` overrides)."""
 
@@ -38,7 +40,7 @@ DOMAINS: dict[str, DomainProfile] = {
                           perspectives="perspectives", multi_request="hypothesis_multi_request", min_hangul_chars=4),
     "passage": DomainProfile(name="passage", prompt="hypothesis_passage", request="hypothesis_passage_request",
                              perspectives="perspectives_passage", multi_request="hypothesis_passage_multi_request",
-                             min_hangul_chars=0),
+                             followup_request="hypothesis_passage_followup_request", min_hangul_chars=0),
 }
 PROMPT_NAMES: dict[str, str] = {name: d.prompt for name, d in DOMAINS.items()}
 HANGUL = re.compile("[가-힣]")

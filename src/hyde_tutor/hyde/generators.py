@@ -74,7 +74,7 @@ class GeneratorPool:
             return self._generators[domain]
 
     async def generate(self, domain: Domain, text: str, n: int, timeout_s: float, *,
-                       one_call: bool = False) -> GenerationResult:
+                       one_call: bool = False, history: tuple[tuple[str, str], ...] = ()) -> GenerationResult:
         """Start the backend if needed and write ``n`` hypotheses (``one_call``: in one LLM call), the start
         and each call within ``timeout_s`` (read per search); a slow start, a hung call or a failing
         backend comes back as a :class:`GenerationResult` with the reason."""
@@ -87,7 +87,7 @@ class GeneratorPool:
                     build = asyncio.wrap_future(self._build_in_background(domain))
                     generator = await asyncio.wait_for(asyncio.shield(build), timeout_s)
                 # each call bounded by timeout_s; partial results kept
-                return await generator.generate(text, n, timeout_s, one_call=one_call)
+                return await generator.generate(text, n, timeout_s, one_call=one_call, history=history)
         except (asyncio.TimeoutError, TimeoutError):
             return GenerationResult(timeouts=1, seconds=time.perf_counter() - started)
         except Exception as exc:  # noqa: BLE001 - e.g. the LLM backend could not start

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,7 +21,8 @@ from .domains import (DOMAINS, HANGUL, Domain, DomainProfile, echoes_query, norm
 from ..llm.generation import Generation, TokenUsage, generate_text, text_agent
 from ..llm.backends import LLMBackend
 from ..llm.prompts import Perspective, Prompt, load_prompt, parse_perspectives
-from ..llm.recordings import render_hypothesis_request, render_multi_request, request_sha256
+from ..llm.recordings import render_followup_request, render_hypothesis_request, render_multi_request, request_sha256
+from .conversation import render_conversation
 from ..llm.server import LoopGates
 from ..llm.tokens import TokenCounter
 
@@ -163,6 +165,7 @@ class HypothesisGenerator:
         self.counter = counter  # counts each call's tokens offline (replay, embedded server)
         self.max_tokens = llm.max_tokens
         self._multi_request: Prompt | None = None
+        self._followup_request: Prompt | None = None
         self.gates = gates if gates is not None else (LoopGates(max_concurrency) if max_concurrency else None)
         self.agent = text_agent(model, self.prompt.text, llm, llm.max_tokens, extra_settings)
 
@@ -185,8 +188,13 @@ class HypothesisGenerator:
         """System prompt, request template and perspectives file (``name@vN``), as recordings name them."""
         return (self.prompt.ref, self.request.ref, self.perspectives_prompt.ref)
 
-    def user_prompt(self, query: str, perspective: Perspective) -> str:
-        """The request template (``prompts/hypothesis_request.v<N>.md``) filled with query and perspective."""
+    def user_prompt(self, query: str, perspective: Perspective, conversation: str = "") -> str:
+        """The request template (``prompts/hypothesis_request.v<N>.md``) filled with query and perspective;
+        for a follow-up (``conversation``), the follow-up template with the recent conversation."""
+        if conversation:
+            if self._followup_request is None:
+                self._followup_request = load_prompt(self.profile.followup_request)
+            return render_followup_request(self._followup_request, conversation, query, perspective.instruction)
         return render_hypothesis_request(self.request, query, perspective.instruction)
 
     @property
@@ -201,15 +209,17 @@ class HypothesisGenerator:
         return render_multi_request(self.multi_request, query, [p.instruction for p in perspectives])
 
     async def generate(self, query: str, n: int | None = None, timeout_s: float | None = None, *,
-                       one_call: bool = False) -> GenerationResult:
+                       one_call: bool = False, history: Sequence[tuple[str, str]] = ()) -> GenerationResult:
         """Generate up to ``n`` hypotheses, concurrently (one call each) or, with ``one_call``, in ONE call
-        that returns all of them; never raises for model failures."""
+        that returns all of them; with ``history`` (a follow-up), each request shows the recent conversation
+        (separate calls). Never raises for model failures."""
         n = max(1, min(n or self.hyde.n_hypotheses or DEFAULT_HYPOTHESES, MAX_HYPOTHESES, len(self.perspectives)))
         timeout = timeout_s if timeout_s is not None else self.hyde.timeout_s
-        if one_call and n > 1:
+        conversation = render_conversation(history) if history else ""
+        if one_call and n > 1 and not conversation:
             return await self._generate_one_call(query, n, timeout)
         started = time.perf_counter()
-        outcomes = await asyncio.gather(*(self._one(query, p, timeout) for p in self.perspectives[:n]))
+        outcomes = await asyncio.gather(*(self._one(query, p, timeout, conversation) for p in self.perspectives[:n]))
         result = GenerationResult(seconds=time.perf_counter() - started)
         seen: set[str] = set()
         for perspective, (out, cached) in zip(self.perspectives[:n], outcomes, strict=True):
@@ -280,11 +290,12 @@ class HypothesisGenerator:
         except (sqlite3.Error, OSError):
             pass
 
-    async def _one(self, query: str, perspective: Perspective, timeout: float) -> tuple[Generation, bool]:
+    async def _one(self, query: str, perspective: Perspective, timeout: float,
+                   conversation: str = "") -> tuple[Generation, bool]:
         """One hypothesis: from the cache, else one gated, timed call (cached when it wrote something)."""
         # keyed by the exact request (system prompt + user message: every prompt file's text, the
         # perspective's wording, the query), so an edited prompt never gets another prompt's hypotheses
-        user = self.user_prompt(query, perspective)
+        user = self.user_prompt(query, perspective, conversation)
         key = cache_key(self.model_name, request_sha256(self.prompt.text, user), query, perspective.name)
         cached = await self._cache_get(key)
         if cached is not None:

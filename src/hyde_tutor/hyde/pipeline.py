@@ -22,6 +22,7 @@ from .domains import DOMAINS
 from .hypotheses import Domain, GenerationResult, Hypothesis, HypothesisGenerator, shape_hypothesis
 from .request import SearchRequest
 from .plan import Hypotheses, Plan, Ranked, agent_usage, result_errors
+from .conversation import context_query
 from .cache import make_cache
 from ..telemetry import logfire
 from ..corpus.rendering import payload_text
@@ -188,7 +189,9 @@ class HydeRetriever:
         if fusion == "score":
             depth = max(depth, SCORE_FUSION_DEPTH)
         want_questions = self.questions.enabled if request.use_questions is None else bool(request.use_questions)
-        return Plan(request, text, top_k, depth, candidates, fusion,
+        history = tuple(request.history)
+        search_text = context_query(history, text, self.retriever.settings.max_query_chars) if history else text
+        return Plan(request, text, search_text, top_k, depth, candidates, fusion,
                     use_hyde=policy.enabled if request.use_hyde is None else bool(request.use_hyde),
                     n_hypotheses=request.n_hypotheses or policy.n_hypotheses,
                     domain=domain, want_questions=want_questions,
@@ -197,7 +200,7 @@ class HydeRetriever:
     async def _run(self, plan: Plan, started: float) -> HydeResult:
         """The stages in order; reads like the diagram in ``stages.py``."""
         raw_task = asyncio.create_task(asyncio.to_thread(
-            stages.search_raw, self.retriever, plan.collection, plan.text, plan.depth, plan.has_questions))
+            stages.search_raw, self.retriever, plan.collection, plan.search_text, plan.depth, plan.has_questions))
         hypotheses = await self._hypotheses(plan, raw_task)
         raw = await raw_task
         ranked = await self._rank(plan, raw, hypotheses.generated)
@@ -232,7 +235,7 @@ class HydeRetriever:
                 return Hypotheses(None, skipped="confident",
                                   notes=(*notes, f"cascade: raw top-1 margin {margin:.3f} >= {plan.cascade_margin}"))
         generated = await self.generators.generate(plan.domain, plan.text, plan.n_hypotheses, self.settings.timeout_s,
-                                                   one_call=plan.one_call)
+                                                   one_call=plan.one_call, history=tuple(plan.request.history))
         if agent is not None:  # agent_hypothesis = add: searched beside the generated ones
             generated.hypotheses.insert(0, agent)
             generated.usage.add(agent_usage(agent))

@@ -18,6 +18,8 @@ class Plan:
 
     request: SearchRequest
     text: str
+    search_text: str
+    """What the raw channel searches: the query, or for a follow-up the previous question and the query."""
     top_k: int
     depth: int
     candidates: int

@@ -36,6 +36,9 @@ class SearchRequest:
     """An answer-shaped entry the calling agent wrote in its tool call (guarded like generated ones)."""
     generation: GenerationMode | None = None
     cascade_margin: float | None = None
+    history: tuple[tuple[str, str], ...] = ()
+    """Earlier turns, oldest first, ``(role, content)``: a follow-up is searched with the previous question in
+    front of it and its hypotheses are written from the recent conversation (``hyde/conversation.py``)."""
 
     def replace(self, **changes: Any) -> SearchRequest:
         return dataclasses.replace(self, **changes)

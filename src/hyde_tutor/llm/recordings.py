@@ -76,11 +76,14 @@ class Recording:
     """Hash of the rendered system prompt + user message when recorded: detects edited prompt files."""
     created: str = ""
     """ISO 8601 UTC time of the generation."""
+    conversation: str = ""
+    """A follow-up's recent conversation as the request showed it (``Ученик: …`` lines); empty otherwise."""
 
     @property
     def key(self) -> tuple[str, str, str, tuple[str, ...]]:
-        """(kind, query, perspective, prompt refs): what identifies a generation."""
-        return (self.kind, self.query.strip(), self.perspective, self.prompt_refs)
+        """(kind, query [+ conversation], perspective, prompt refs): what identifies a generation."""
+        query = self.query.strip() + (f"\x00{self.conversation}" if self.conversation else "")
+        return (self.kind, query, self.perspective, self.prompt_refs)
 
     def to_json(self) -> str:
         row = asdict(self)
@@ -102,7 +105,8 @@ class Recording:
             raise ValueError(f"kind must be hypothesis, hypotheses or questions, not {kind!r}")
         return cls(kind=kind, query=str(obj["query"]), perspective=str(obj["perspective"]), text=str(obj["text"]),
                    model=str(obj["model"]), prompt_refs=tuple(refs), domain=str(obj.get("domain", "")),
-                   prompt_sha256=str(obj.get("prompt_sha256", "")), created=str(obj.get("created", "")))
+                   prompt_sha256=str(obj.get("prompt_sha256", "")), created=str(obj.get("created", "")),
+                   conversation=str(obj.get("conversation", "")))
 
 
 def request_sha256(system: str, user: str) -> str:
@@ -134,6 +138,16 @@ def render_multi_request(request: Prompt, query: str, perspective_instructions: 
     listing = "\n".join(f"{i}. {text}" for i, text in enumerate(perspective_instructions, start=1))
     values = {"query": query, "n": str(len(perspective_instructions)), "perspectives": listing}
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], request.text)
+
+
+_FOLLOWUP = re.compile(r"\{(conversation|query|perspective)\}")
+
+
+def render_followup_request(request: Prompt, conversation: str, query: str, perspective_instruction: str) -> str:
+    """The user message of a hypothesis call for a follow-up: the recent conversation, the question and the
+    perspective, filled in one pass."""
+    values = {"conversation": conversation, "query": query, "perspective": perspective_instruction}
+    return _FOLLOWUP.sub(lambda m: values[m.group(1)], request.text)
 
 
 def render_questions_request(request: Prompt, document_text: str, k: int | str) -> str:
@@ -176,6 +190,8 @@ def render_recording(rec: Recording, prompts: _PromptFiles) -> tuple[str, str]:
         raise ValueError(f"perspective {unknown[0]!r} is not in {perspectives_ref}")
     if rec.kind == "hypotheses":
         user = render_multi_request(prompts.get(request_ref), rec.query, [by_name[n] for n in names])
+    elif rec.conversation:
+        user = render_followup_request(prompts.get(request_ref), rec.conversation, rec.query, by_name[rec.perspective])
     else:
         user = render_hypothesis_request(prompts.get(request_ref), rec.query, by_name[rec.perspective])
     return prompts.get(system_ref).text, user

@@ -111,7 +111,7 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
     deps.clear_found()
     before = deps.monitor.total if deps.monitor else 0
     if on_found is not None:
-        entries = _prefetch(deps, question)
+        entries = _prefetch(deps, question, history)
         on_found(entries, _new_records(deps.monitor, before))
     first_token: float | None = None
     streaming = on_text is not None and agent.output_type is str
@@ -180,24 +180,14 @@ def _run_streaming(agent: Agent[TutorDeps, Any], deps: TutorDeps, question: str,
     return result, (first[0] if first else None)
 
 
-def _prefetch(deps: TutorDeps, question: str) -> list[dict[str, Any]]:
-    """The retrieve-first searches (same decision, records and results as in the run), done now."""
+def _prefetch(deps: TutorDeps, question: str, history: Sequence[ModelMessage] = ()) -> list[dict[str, Any]]:
+    """The retrieve-first searches (same decision, records and results as in the run, the conversation in
+    view), done now."""
     from pydantic_ai._utils import get_event_loop
 
-    from .toolset import search_for_context
-    from .tutor import RetrieveFirst
+    from .tutor import RetrieveFirst, conversation
 
-    rf = RetrieveFirst()
-
-    async def both() -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = []
-        for tool, collection, k in (("grammar_search", rf.grammar_collection, rf.grammar_top_k),
-                                    ("docs_search", rf.docs_collection, rf.docs_top_k)):
-            if collection:
-                found += await search_for_context(deps, tool, collection, question, k)
-        return found
-
-    entries = get_event_loop().run_until_complete(both())
+    entries = get_event_loop().run_until_complete(RetrieveFirst().search(deps, question, conversation(history)))
     deps.prefetch(question, entries)
     return entries
 

@@ -132,15 +132,16 @@ async def run_search(
 
 async def search_with_deps(
     deps: TutorDeps, tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None,
-    rerank_top_k: Any = None, hypothesis: Any = None,
+    rerank_top_k: Any = None, hypothesis: Any = None, history: tuple[tuple[str, str], ...] = (),
 ) -> dict[str, Any]:
-    """:func:`run_search` outside a tool call (raises ``ModelRetry`` for bad arguments): the compact results."""
-    return (await _search(deps, tool, collection, query, top_k, use_hyde, rerank_top_k, hypothesis))[0]
+    """:func:`run_search` outside a tool call (raises ``ModelRetry`` for bad arguments): the compact results.
+    ``history`` (earlier turns) makes it the conversation-aware search of a follow-up."""
+    return (await _search(deps, tool, collection, query, top_k, use_hyde, rerank_top_k, hypothesis, history))[0]
 
 
 async def _search(
     deps: TutorDeps, tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None,
-    rerank_top_k: Any = None, hypothesis: Any = None,
+    rerank_top_k: Any = None, hypothesis: Any = None, history: tuple[tuple[str, str], ...] = (),
 ) -> tuple[dict[str, Any], HydeResult]:
     settings = deps.retriever.retriever.settings
     try:
@@ -158,7 +159,9 @@ async def _search(
     record = RetrievalRecord(decision.experiment, decision.arm, decision.use_hyde, decision.reason, tool, collection,
                              subject=deps.subject_id, requested_hyde=decision.requested, overridden=decision.overridden)
     try:
-        agent = {"agent_hypothesis": hypothesis} if hypothesis is not None else {}
+        agent: dict[str, Any] = {"agent_hypothesis": hypothesis} if hypothesis is not None else {}
+        if history:
+            agent["history"] = history
         result = await deps.retriever.search(collection, text, top_k=k, use_hyde=decision.use_hyde,
                                              rerank_candidates=rerank, use_questions=decision.use_questions,
                                              domain=_tool_domain(tool), **agent)
@@ -199,11 +202,12 @@ def tool_failure_message(exc: BaseException, tool: str, collection: str) -> str:
             f"knowledge and tell the learner that the reference search is unavailable.")
 
 
-async def search_for_context(deps: TutorDeps, tool: str, collection: str, query: str, top_k: int) -> list[dict[str, Any]]:
+async def search_for_context(deps: TutorDeps, tool: str, collection: str, query: str, top_k: int,
+                             history: tuple[tuple[str, str], ...] = ()) -> list[dict[str, Any]]:
     """A search run on the model's behalf (retrieval-first): the tools' decision, records and results,
     with no error raised: a bad query or an unavailable store gives an empty list."""
     try:
-        result = await search_with_deps(deps, tool, collection, query, top_k, None)
+        result = await search_with_deps(deps, tool, collection, query, top_k, None, history=history)
     except ModelRetry:
         return []
     except ToolFailed as exc:

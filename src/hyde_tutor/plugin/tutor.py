@@ -14,6 +14,7 @@ The agent then has no tools: one model request per turn, whose only job is the a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -46,6 +47,16 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
     def get_instructions(self) -> Any:
         return self._found_entries
 
+    async def search(self, deps: TutorDeps, question: str,
+                     history: tuple[tuple[str, str], ...] = ()) -> list[dict[str, Any]]:
+        """The searches this step runs for ``question`` (a follow-up with the conversation in view)."""
+        found: list[dict[str, Any]] = []
+        for tool, collection, k in (("grammar_search", self.grammar_collection, self.grammar_top_k),
+                                    ("docs_search", self.docs_collection, self.docs_top_k)):
+            if collection and question:
+                found += await search_for_context(deps, tool, collection, question, k, history)
+        return found
+
     async def _found_entries(self, ctx: RunContext[TutorDeps]) -> str:
         question = ctx.prompt if isinstance(ctx.prompt, str) else ""
         ctx.deps.begin_run(getattr(ctx, "run_id", None))  # searched once per run, not reused across runs
@@ -56,11 +67,10 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
                 ctx.deps.found.extend(cached)
                 ctx.deps.remember_found(question, cached)
         if cached is None:
-            cached = []
-            for tool, collection, k in (("grammar_search", self.grammar_collection, self.grammar_top_k),
-                                        ("docs_search", self.docs_collection, self.docs_top_k)):
-                if collection and question:
-                    cached += await search_for_context(ctx.deps, tool, collection, question, k)
+            history = conversation(ctx.messages)
+            if history and history[-1] == ("user", question):  # the current message is not history
+                history = history[:-1]
+            cached = await self.search(ctx.deps, question, history)
             ctx.deps.remember_found(question, cached)
         if not cached and ctx.deps.unavailable:
             return ("Поиск по справочнику сейчас недоступен: ответь по своим знаниям и скажи ученику, что "
@@ -68,6 +78,23 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
         if not cached:
             return "Поиск по справочнику ничего не нашёл: ответь по своим знаниям и скажи об этом ученику."
         return "Найденные статьи (опирайся на них). " + reference_block(format_entries(cached, self.max_chars))
+
+
+def conversation(messages: Sequence[Any]) -> tuple[tuple[str, str], ...]:
+    """A run's earlier messages as ``(role, content)`` turns: the learner's prompts and the tutor's text
+    replies (tool calls and returns left out)."""
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+    turns: list[tuple[str, str]] = []
+    for message in messages:
+        if isinstance(message, ModelRequest):
+            turns += [("user", p.content) for p in message.parts
+                      if isinstance(p, UserPromptPart) and isinstance(p.content, str)]
+        elif isinstance(message, ModelResponse):
+            text = "".join(p.content for p in message.parts if isinstance(p, TextPart)).strip()
+            if text:
+                turns.append(("assistant", text))
+    return tuple(turns)
 
 
 def tutor_answer_instructions() -> str:

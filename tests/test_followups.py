@@ -1,0 +1,108 @@
+"""Follow-up questions searched with the conversation in view: eval history, the context search, the
+hypothesis request, retrieve-first and the recordings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from hyde_tutor.config import HydeSettings
+from hyde_tutor.errors import HydeTutorError
+from hyde_tutor.evaluation.beir import load_beir
+from hyde_tutor.hyde import HydeRetriever
+from hyde_tutor.hyde.conversation import context_query, render_conversation
+from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
+
+from .conftest import DATA
+
+HISTORY = (("user", "Как сказать, что я хочу поехать в Корею?"), ("assistant", "Используйте -고 싶다: 가고 싶어요."))
+
+
+def test_eval_reads_history_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    data = load_beir(DATA / "eval" / "followups")
+    assert len(data.queries) >= 30 and all(q.history and q.history[0][0] == "user" for q in data.queries)
+    bad = tmp_path / "bad"
+    (bad / "qrels").mkdir(parents=True)
+    (bad / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    (bad / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "А в прошедшем?", "history": ["hi"]}) + "\n")
+    with pytest.raises(HydeTutorError, match="role"):
+        load_beir(bad)
+
+
+def test_the_context_query_puts_the_previous_question_in_front() -> None:
+    assert context_query(HISTORY, "А в прошедшем?") == "Как сказать, что я хочу поехать в Корею? А в прошедшем?"
+    assert context_query((), "А в прошедшем?") == "А в прошедшем?"
+    assert render_conversation(HISTORY).startswith("Ученик: Как сказать") and "Репетитор: Используйте" in render_conversation(HISTORY)
+
+
+async def test_history_reaches_the_raw_search_and_the_hypothesis_request(retriever, monkeypatch) -> None:
+    from hyde_tutor.hyde import stages
+
+    prompts: list[str] = []
+
+    def fn(messages, info: AgentInfo):
+        prompts.append(str(messages[-1].parts[-1].content))
+        return ModelResponse(parts=[TextPart("Конструкция: -았/었으면 좋겠다. Пример: 갔으면 좋겠어요.")])
+
+    searched: list[str] = []
+    real = stages.search_raw
+    monkeypatch.setattr(stages, "search_raw", lambda r, c, text, *a: (searched.append(text), real(r, c, text, *a))[1])
+    hs = HydeSettings(n_hypotheses=1)
+    hr = HydeRetriever(retriever, lambda d: HypothesisGenerator(FunctionModel(fn), "m", d, cache=MemoryCache(), hyde=hs), hs)
+    await hr.search("grammar", "А в прошедшем?", history=HISTORY)
+    assert searched == ["Как сказать, что я хочу поехать в Корею? А в прошедшем?"]
+    assert "Ученик: Как сказать, что я хочу поехать в Корею?" in prompts[0] and "А в прошедшем?" in prompts[0]
+    await hr.search("grammar", "А в прошедшем?")  # no history: the plain request and the message alone
+    assert searched[-1] == "А в прошедшем?" and "Ученик:" not in prompts[-1]
+
+
+async def test_retrieve_first_searches_a_follow_up_with_the_previous_question(retriever, monkeypatch) -> None:
+    from hyde_tutor.plugin.toolset import TutorDeps
+    from hyde_tutor.plugin.tutor import RetrieveFirst
+
+    seen: list[tuple] = []
+    hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
+    real = hr.search
+
+    async def spy(collection, query, **options):
+        seen.append((query, options.get("history", ())))
+        return await real(collection, query, **options)
+
+    hr.search = spy  # type: ignore[method-assign]
+    agent = Agent(FunctionModel(lambda m, i: ModelResponse(parts=[TextPart("ok")])), deps_type=TutorDeps,
+                  capabilities=[RetrieveFirst(docs_collection=None)])
+    deps = TutorDeps(retriever=hr)
+    first = await agent.run("Как сказать, что я хочу поехать?", deps=deps)
+    await agent.run("А в прошедшем?", deps=deps, message_history=first.all_messages())
+    assert seen[0] == ("Как сказать, что я хочу поехать?", ())
+    assert seen[1][0] == "А в прошедшем?" and seen[1][1][0] == ("user", "Как сказать, что я хочу поехать?")
+    assert ("user", "А в прошедшем?") not in seen[1][1]  # the current message is not its own history
+
+
+def test_a_followup_recording_replays_only_for_its_conversation() -> None:
+    from hyde_tutor.llm.prompts import load_prompt, parse_perspectives
+    from hyde_tutor.llm.recordings import Recording, RecordingBook, render_followup_request, request_sha256
+
+    system, request = load_prompt("hypothesis_grammar"), load_prompt("hypothesis_followup_request")
+    persp = load_prompt("perspectives")
+    rule = parse_perspectives(persp.text)[0]
+    conv = render_conversation(HISTORY)
+    user = render_followup_request(request, conv, "А в прошедшем?", rule.instruction)
+    rec = Recording(kind="hypothesis", query="А в прошедшем?", perspective="rule", text="…", model="m",
+                    prompt_refs=(system.ref, request.ref, persp.ref), domain="grammar", conversation=conv,
+                    prompt_sha256=request_sha256(system.text, user))
+    book = RecordingBook()
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as fh:
+        fh.write(rec.to_json() + "\n")
+    book = RecordingBook.load([fh.name])
+    assert book.stale == 0 and book.lookup(system.text, user) is not None
+    other = render_followup_request(request, render_conversation((("user", "Другой вопрос?"),)), "А в прошедшем?",
+                                    rule.instruction)
+    assert book.lookup(system.text, other) is None
