@@ -59,14 +59,19 @@ def main() -> None:
                                        json.loads((folder / "tools.json").read_text(encoding="utf-8")))
             if seen != live:
                 sys.exit(f"{folder}: the writer saw other instructions or tools than the toolset sends today")
-            messages = {json.loads(l)["id"]: json.loads(l)["message"]
-                        for l in (folder / "messages.jsonl").read_text(encoding="utf-8").splitlines() if l.strip()}
+            source = folder / "messages.jsonl"
+            if not source.is_file():  # follow-ups: {"id", "history": [{role, content}], "message"}
+                source = folder / "conversations.jsonl"
+            rows = [json.loads(l) for l in source.read_text(encoding="utf-8").splitlines() if l.strip()]
+            messages = {r["id"]: r["message"] for r in rows}
+            histories = {r["id"]: tuple((m["role"], m["content"]) for m in r.get("history") or []) for r in rows}
             for line in (folder / "calls.jsonl").read_text(encoding="utf-8").splitlines():
                 if not line.strip():
                     continue
                 row = json.loads(line)
                 calls = tuple(AgentCall(c["tool"], c["args"]) for c in row["calls"])
-                turn = AgentTurn(messages[row["id"]].strip(), calls, MODEL_LABEL, (ref,), live, utc_now())
+                turn = AgentTurn(messages[row["id"]].strip(), calls, MODEL_LABEL, (ref,), live, utc_now(),
+                                 histories[row["id"]])
                 out.write(turn.to_json() + "\n")
                 written += 1
     print(f"{args.out}: {written} recorded turns")

@@ -35,12 +35,17 @@ def main() -> None:
     ap.add_argument("--domain", required=True, choices=sorted(DOMAINS))
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--one-call", action="store_true", help="answers to the one-call request: {id, n, text}")
+    ap.add_argument("--followups", action="store_true",
+                    help="answers to the follow-up request: {id, perspective, text}; --queries has the history")
     ap.add_argument("--queries", type=Path, help="with --one-call: the BEIR queries.jsonl the ids come from")
     ap.add_argument("answers", nargs="+", type=Path)
     args = ap.parse_args()
     profile = DOMAINS[args.domain]
     if args.one_call:
         one_call(args, profile)
+        return
+    if args.followups:
+        followups(args, profile)
         return
     system, request, persp = (load_prompt(profile.prompt), load_prompt(profile.request), load_prompt(profile.perspectives))
     instructions = {p.name: p.instruction for p in parse_perspectives(persp.text)}
@@ -65,6 +70,30 @@ def _rows(paths: list[Path]) -> Iterator[dict]:
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 yield json.loads(line)
+
+
+def followups(args: argparse.Namespace, profile: object) -> None:
+    from hyde_tutor.evaluation.beir import load_beir
+    from hyde_tutor.hyde.conversation import render_conversation
+    from hyde_tutor.llm.recordings import render_followup_request
+
+    system, request, persp = (load_prompt(profile.prompt), load_prompt(profile.followup_request),  # type: ignore[attr-defined]
+                              load_prompt(profile.perspectives))  # type: ignore[attr-defined]
+    instructions = {p.name: p.instruction for p in parse_perspectives(persp.text)}
+    queries = {q.id: q for q in load_beir(args.queries.parent).queries}
+    writer = RecordingWriter(args.out)
+    added = 0
+    for row in _rows(args.answers):
+        q = queries[row["id"]]
+        conversation = render_conversation(q.history)
+        user = render_followup_request(request, conversation, q.text.strip(), instructions[row["perspective"]])
+        rec = Recording(kind="hypothesis", domain=args.domain, query=q.text.strip(), perspective=row["perspective"],
+                        text=row["text"], model=MODEL_LABEL, prompt_refs=(system.ref, request.ref, persp.ref),
+                        prompt_sha256=request_sha256(system.text, user), created=utc_now(), conversation=conversation)
+        if not writer.has(rec.key):
+            writer.append(rec)
+            added += 1
+    print(f"{args.out}: {added} records added")
 
 
 def one_call(args: argparse.Namespace, profile: object) -> None:

@@ -49,7 +49,8 @@ from hyde_tutor.retrieval.retriever import Retriever
 SETS = [("grammar", "data/eval/grammar", "grammar", "grammar_search"),
         ("docs", "data/eval/docs", "docs", "docs_search"),
         ("holdout", "data/eval/grammar_holdout", "grammar", "grammar_search"),
-        ("passage_en", "data/eval/passage_en", "passage_en", None)]
+        ("passage_en", "data/eval/passage_en", "passage_en", None),
+        ("followups", "data/eval/followups", "grammar", "grammar_search")]
 AGENT_RECORDINGS = Path("data/recordings/agent")
 
 # Today's default before this table (score fusion, N=4 separate calls, hypotheses weight 6), spelled out so
@@ -78,7 +79,14 @@ SWEEP = {"raw": "hyde=0", **{f"N={n} {mode}": f"fusion={mode},n_hypotheses={n},c
                              for n in (1, 2, 4) for mode in ("rrf", "max", "mean", "score")}}
 SWEEP.update({f"N={n} score w{w}": f"fusion=score,hypothesis_weight={w},n_hypotheses={n},cascade_margin=0"
               for n in (1, 2, 4) for w in (1, 2, 3, 6, 10)})
-CHOICES = {"report": REPORT, "cascade": CASCADE, "sweep": SWEEP}
+FOLLOWUPS = {
+    "raw, last message alone": "hyde=0,history=0",
+    "raw, previous question + last message (context)": "hyde=0",
+    "N=1 hypothesis from the conversation + context": "default",
+    "N=1 hypothesis of the last message alone": "default,history=0",
+    "agent hypothesis (tools path, conversation in the request)": "agent=replace,cascade_margin=0",
+}
+CHOICES = {"report": REPORT, "cascade": CASCADE, "sweep": SWEEP, "followups": FOLLOWUPS}
 
 
 class CachedDense:
@@ -102,6 +110,8 @@ class Policy:
     use_hyde: bool = True
     include_raw: bool = True
     agent: str | None = None
+    history: bool = True
+    """Follow-ups: search with the conversation (``history=0``: the last message alone)."""
 
 
 def parse_policy(spec: str) -> Policy:
@@ -114,6 +124,8 @@ def parse_policy(spec: str) -> Policy:
             policy.use_hyde = value != "0"
         elif key == "only":
             policy.include_raw = value != "1"
+        elif key == "history":
+            policy.history = value != "0"
         elif key == "agent":
             policy.agent = value
             policy.overrides["agent_hypothesis"] = value
@@ -170,7 +182,7 @@ class Runner:
             out = []
             for q in queries:
                 r = await hr.search(collection, q.text, top_k=10, use_hyde=policy.use_hyde,
-                                    include_raw=policy.include_raw)
+                                    include_raw=policy.include_raw, history=q.history if policy.history else ())
                 out.append(Outcome([d.id for d in r.results], r.usage.requests, r.usage.input_tokens,
                                    r.usage.output_tokens, skipped=r.skipped is not None,
                                    fallback=r.fallback_reason if policy.use_hyde else None,
@@ -198,7 +210,7 @@ class Runner:
         for q in queries:
             records.clear()
             deps = TutorDeps(retriever=hr, monitor=monitor)
-            run = await agent.run(q.text, deps=deps)
+            run = await agent.run(q.text, deps=deps, message_history=_messages(q.history))
             calls = [p for m in run.all_messages() for p in getattr(m, "parts", []) if type(p).__name__ == "ToolCallPart"]
             hypothesis = next((c.args_as_dict().get("hypothesis") for c in calls), None) or ""
             rec = records[0] if records else None
@@ -212,6 +224,14 @@ class Runner:
         print(f"agent replay on {collection}: {stats.served} turns, {stats.rerouted} calls to another tool "
               f"renamed to {tool}, {stats.dropped_calls} extra calls dropped", file=sys.stderr)
         return out
+
+
+def _messages(history: Any) -> list[Any]:
+    """Earlier turns as the pydantic-ai messages a chat would carry (the learner's prompts, the tutor's text)."""
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+    return [ModelRequest(parts=[UserPromptPart(content)]) if role == "user" else ModelResponse(parts=[TextPart(content)])
+            for role, content in history]
 
 
 def summarise(data: Any, outcomes: list[Outcome], raw: dict[str, float] | None) -> dict[str, Any]:

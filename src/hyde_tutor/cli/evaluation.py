@@ -26,7 +26,9 @@ def evaluate(
     collection: Annotated[str, typer.Option(help="Collection to evaluate; ingested from DIR/corpus.jsonl if missing.")],
     dataset: Annotated[Path, typer.Option(help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv.")],
     arms: Annotated[str, typer.Option(
-        help="Comma-separated: raw, rrf, dbsf, dense, sparse, hyde, hyde_only, questions, hyde+questions.")] = "raw",
+        help="Comma-separated: raw, rrf, dbsf, dense, sparse, context, hyde, hyde_only, questions, hyde+questions. "
+             "For queries with a history (follow-ups): raw = the last message alone, context = the previous "
+             "question + the last message; hyde arms get the conversation.")] = "raw",
     k: Annotated[int, typer.Option("--k", min=10, max=100, help="Retrieval depth (metrics use @1/5/10).")] = 10,
     hypotheses: Annotated[int | None, typer.Option("--hypotheses", min=1, max=8)] = None,
     fusion: Annotated[str | None, typer.Option(help="rrf | max | mean | score for the hyde arms.")] = None,

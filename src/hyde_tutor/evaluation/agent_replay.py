@@ -46,9 +46,17 @@ class AgentTurn:
     prompt_refs: tuple[str, ...]
     request_sha256: str
     created: str = ""
+    history: tuple[tuple[str, str], ...] = ()
+    """Earlier turns the request carried (a follow-up), oldest first: ``(role, content)``."""
+
+    @property
+    def key(self) -> str:
+        """The learner's message and the conversation before it: what identifies the request's content."""
+        return json.dumps([list(self.history), self.query.strip()], ensure_ascii=False)
 
     def to_json(self) -> str:
         return json.dumps({"kind": "tool_call", "query": self.query,
+                           "history": [{"role": r, "content": c} for r, c in self.history],
                            "calls": [{"tool": c.tool, "args": c.args} for c in self.calls], "model": self.model,
                            "prompt_refs": list(self.prompt_refs), "request_sha256": self.request_sha256,
                            "created": self.created}, ensure_ascii=False)
@@ -80,11 +88,12 @@ def load_agent_turns(paths: Iterable[str | Path]) -> dict[str, AgentTurn]:
             try:
                 obj = json.loads(line)
                 calls = tuple(AgentCall(str(c["tool"]), dict(c["args"])) for c in obj["calls"])
+                history = tuple((str(m["role"]), str(m["content"])) for m in obj.get("history") or [])
                 turn = AgentTurn(str(obj["query"]).strip(), calls, str(obj["model"]), tuple(obj["prompt_refs"]),
-                                 str(obj["request_sha256"]), str(obj.get("created", "")))
+                                 str(obj["request_sha256"]), str(obj.get("created", "")), history)
             except (KeyError, TypeError, ValueError) as exc:
                 raise RecordingFormatError(f"{path}:{no}: not a recorded tool call ({exc}).") from exc
-            turns[turn.query] = turn
+            turns[turn.key] = turn
     if not turns:
         raise HydeTutorError(f"No recorded tool calls in {', '.join(map(str, paths))}.")
     return turns
@@ -118,9 +127,11 @@ def AgentReplayModel(turns: dict[str, AgentTurn], *, only_tool: str | None = Non
     def answer(messages: list[Any], info: Any) -> Any:
         if any(isinstance(p, ToolReturnPart) for m in messages if isinstance(m, ModelRequest) for p in m.parts):
             return ModelResponse(parts=[TextPart(END_OF_TURN)])
-        user = next((p.content for m in messages if isinstance(m, ModelRequest) for p in m.parts
-                     if isinstance(p, UserPromptPart) and isinstance(p.content, str)), "")
-        turn = turns.get(user.strip())
+        from ..plugin.tutor import conversation
+
+        history = list(conversation(messages))
+        user = history.pop()[1] if history and history[-1][0] == "user" else ""
+        turn = turns.get(json.dumps([[list(t) for t in history], user.strip()], ensure_ascii=False))
         if turn is None:
             stats.not_recorded += 1
             raise NotRecordedError(f"No recorded tool call for this learner message: {user[:60]!r}")
