@@ -106,3 +106,35 @@ def test_a_followup_recording_replays_only_for_its_conversation() -> None:
     other = render_followup_request(request, render_conversation((("user", "Другой вопрос?"),)), "А в прошедшем?",
                                     rule.instruction)
     assert book.lookup(system.text, other) is None
+
+
+async def test_the_follow_up_agent_calls_replay_with_their_conversation() -> None:
+    import sys
+
+    from hyde_tutor.evaluation.agent_replay import AgentReplayModel, ReplayStats, load_agent_turns
+    from hyde_tutor.hyde import HydeResult
+    from hyde_tutor.hyde.request import SearchRequest
+    from hyde_tutor.plugin.toolset import HydeSearchToolset, TutorDeps, tutor_instructions
+
+    sys.path.insert(0, str(DATA.parent / "scripts"))
+    from tune_policy import _messages
+
+    turns = load_agent_turns([DATA / "recordings" / "agent" / "followups_tool_calls.jsonl"])
+    searched: list[SearchRequest] = []
+
+    class Recorder:
+        async def search(self, collection, query, **options):
+            searched.append(SearchRequest(collection=collection, text=query, **options))
+            return HydeResult(query, collection, [], True, None)
+
+        policy = type("P", (), {"enabled": True})()
+        retriever = type("R", (), {"settings": __import__("hyde_tutor.config", fromlist=["Settings"]).Settings().retrieval,
+                                   "schemas": {}})()
+
+    stats = ReplayStats()
+    agent = Agent(AgentReplayModel(turns, stats=stats), deps_type=TutorDeps, toolsets=[HydeSearchToolset()],
+                  instructions=tutor_instructions())
+    for q in load_beir(DATA / "eval" / "followups").queries:
+        await agent.run(q.text, deps=TutorDeps(retriever=Recorder()), message_history=_messages(q.history))  # type: ignore[arg-type]
+    assert stats.served == 41 and stats.not_recorded == 0 and stats.stale == 0
+    assert all(r.agent_hypothesis for r in searched)
