@@ -83,7 +83,6 @@ FOLLOWUPS = {
     "raw, last message alone": "hyde=0,history=0",
     "raw, previous question + last message (context)": "hyde=0",
     "N=1 hypothesis from the conversation + context": "default",
-    "N=1 hypothesis of the last message alone": "default,history=0",
     "agent hypothesis (tools path, conversation in the request)": "agent=replace,cascade_margin=0",
 }
 CHOICES = {"report": REPORT, "cascade": CASCADE, "sweep": SWEEP, "followups": FOLLOWUPS}
