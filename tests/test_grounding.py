@@ -153,3 +153,12 @@ def test_the_chat_streams_a_reply_and_reports_time_to_first_token(retriever) -> 
     assert arrivals[-1][0] - arrivals[0][0] >= 0.4  # tokens arrived one by one, not at the end
     assert "первый токен через" in out[-1]
     assert "Используйте -고 싶다" not in "".join(out[:-1])  # not printed twice
+
+
+def test_when_the_model_passes_over_the_top_entry_it_is_shown_too() -> None:
+    text = render_answer(GroundedAnswer(entry=2, korean="늦을 뻔했어요", explanation="Почти случилось, но нет: "
+                                        "так говорят о том, что едва не произошло."), [WANT, ALMOST])
+    assert text.startswith("Подойдёт **-(으)ㄹ 뻔하다")
+    assert text.splitlines()[-1] == "См. также **-고 싶다 — желание «хотеть»**. 주말에 부산에 가고 싶어요. — На выходных я хочу поехать в Пусан."
+    same = render_answer(GroundedAnswer(entry=1, korean="가고 싶어요", explanation="x"), [WANT, ALMOST])
+    assert "См. также" not in same

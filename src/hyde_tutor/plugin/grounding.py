@@ -86,6 +86,11 @@ def render_answer(answer: GroundedAnswer, entries: Sequence[dict[str, Any]]) -> 
     lines += examples
     if not examples and len(HANGUL.findall(korean)) < MIN_KOREAN_SYLLABLES:  # a document without examples: its own text
         lines.append(render_entry(e))
+    if e is not found[0]:  # the model passed over the search's best match: show it too, it is often the answer
+        top = found[0]
+        example = next((f" {ex['ko']} — {ex.get('ru', '')}".rstrip(" —") for ex in list(top.get("examples") or [])[:1]
+                        if isinstance(ex, dict) and ex.get("ko")), "")
+        lines.append(f"См. также **{_name(top)}**.{example}")
     return "\n".join(lines)
 
 
