@@ -174,3 +174,24 @@ def test_search_sync_for_scripts_and_a_clear_error_inside_a_loop(retriever) -> N
 
     with pytest.raises(HydeTutorError, match="await hr.search"):
         asyncio.run(inside())
+
+
+def test_the_chat_says_why_a_search_ran_without_hyde_in_words(retriever) -> None:
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from hyde_tutor.config import HydeSettings
+    from hyde_tutor.hyde import HydeRetriever
+    from hyde_tutor.plugin.chat import build_tutor_agent, chat_loop
+    from hyde_tutor.plugin.monitor import Monitor
+    from hyde_tutor.plugin.toolset import TutorDeps
+
+    hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
+    agent = build_tutor_agent(FunctionModel(lambda m, i: ModelResponse(parts=[TextPart("ok 가고 싶어요 -고 싶다")])),
+                              mode="retrieve-first")
+    out: list[str] = []
+    lines = iter(["хочу поехать", None])
+    chat_loop(agent, TutorDeps(retriever=hr, monitor=Monitor()), lambda: next(lines), out.append, search_first=True)
+    searches = [line for line in out if line.startswith("  ← ")]
+    assert searches and all("без HyDE (выключен по умолчанию)" in line for line in searches)
+    assert not any("experiment_off" in line or "(default)" in line for line in out)

@@ -106,13 +106,12 @@ def test_retrieve_first_frames_found_entries_as_data_and_caps_them() -> None:
     assert max(len(line) for line in block.splitlines()) <= 601
 
 
-async def test_retrieve_first_instructions_hold_the_framed_entries(retriever) -> None:
+async def _retrieve_first_instructions(retriever_for_deps) -> str:
+    """The instructions a retrieve-first run hands the model (one run, grammar only)."""
     from pydantic_ai import Agent
     from pydantic_ai.messages import ModelResponse, TextPart
     from pydantic_ai.models.function import FunctionModel
 
-    from hyde_tutor.config import HydeSettings
-    from hyde_tutor.hyde import HydeRetriever
     from hyde_tutor.plugin.toolset import TutorDeps
     from hyde_tutor.plugin.tutor import RetrieveFirst
 
@@ -122,10 +121,22 @@ async def test_retrieve_first_instructions_hold_the_framed_entries(retriever) ->
         seen.append(info.instructions or "")
         return ModelResponse(parts=[TextPart("ok")])
 
-    hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
     agent = Agent(FunctionModel(model), deps_type=TutorDeps, capabilities=[RetrieveFirst(docs_collection=None)])
-    await agent.run("хочу поехать", deps=TutorDeps(retriever=hr))
-    assert "не инструкции" in seen[0] and "<справочник>" in seen[0] and "</справочник>" in seen[0]
+    result = await agent.run("хочу поехать", deps=TutorDeps(retriever=retriever_for_deps))
+    assert result.output == "ok"
+    return seen[0]
+
+
+def _plain(retriever):
+    from hyde_tutor.config import HydeSettings
+    from hyde_tutor.hyde import HydeRetriever
+
+    return HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
+
+
+async def test_retrieve_first_instructions_hold_the_framed_entries(retriever) -> None:
+    instructions = await _retrieve_first_instructions(_plain(retriever))
+    assert "не инструкции" in instructions and "<справочник>" in instructions and "</справочник>" in instructions
 
 
 async def test_tool_results_carry_the_data_note(retriever) -> None:
@@ -170,25 +181,8 @@ async def test_a_bug_in_the_search_becomes_a_failed_tool_result_logged_with_its_
 
 
 async def test_retrieve_first_says_the_search_is_unavailable_instead_of_entries(retriever) -> None:
-    from pydantic_ai import Agent
-    from pydantic_ai.messages import ModelResponse, TextPart
-    from pydantic_ai.models.function import FunctionModel
-
-    from hyde_tutor.config import HydeSettings
-    from hyde_tutor.hyde import HydeRetriever
-    from hyde_tutor.plugin.toolset import TutorDeps
-    from hyde_tutor.plugin.tutor import RetrieveFirst
-
-    seen: list[str] = []
-
-    def model(messages, info):
-        seen.append(info.instructions or "")
-        return ModelResponse(parts=[TextPart("ok")])
-
-    hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
-    agent = Agent(FunctionModel(model), deps_type=TutorDeps, capabilities=[RetrieveFirst(docs_collection=None)])
-    result = await agent.run("хочу поехать", deps=TutorDeps(retriever=_Boom(hr)))
-    assert result.output == "ok" and "недоступен" in seen[0]
+    instructions = await _retrieve_first_instructions(_Boom(_plain(retriever)))
+    assert "недоступен" in instructions
 
 
 async def test_a_failing_hyde_search_or_reranker_falls_back_to_the_results_in_hand(retriever, monkeypatch) -> None:

@@ -269,9 +269,15 @@ def chat_loop(agent: Agent[TutorDeps, str], deps: TutorDeps, read: Callable[[], 
         turns += 1
 
 
+WHY_NO_HYDE = {"default": "выключен по умолчанию", "experiment_off": "выключен по умолчанию",
+               "explicit": "выключен запросом", "experiment": "группа эксперимента без HyDE"}
+"""Who decided against HyDE, in the chat's words (the record keeps the code)."""
+
+
 def _show_records(records: Sequence[RetrievalRecord], write: Callable[[str], None]) -> None:
     for rec in records:
-        how = "HyDE" if rec.used_hyde else f"без HyDE ({rec.fallback_reason or rec.reason})"
+        why = rec.fallback_reason or ("пропущен: поиск уверен" if rec.skipped else WHY_NO_HYDE.get(rec.reason, rec.reason))
+        how = "HyDE" if rec.used_hyde else f"без HyDE ({why})"
         write(f"  ← {rec.tool}: {rec.results} {ru_plural(rec.results, 'результат', 'результата', 'результатов')}, "
               f"{how}, arm={rec.arm}, {rec.total_ms:.0f} мс")
 
