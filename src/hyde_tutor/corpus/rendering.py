@@ -8,9 +8,10 @@ its :class:`~hyde_tutor.schemas.CollectionSchema` instead.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
-__all__ = ["compact_payload", "display_width", "entry_label", "fit", "format_entries", "payload_kind", "payload_label",
+__all__ = ["compact_payload", "display_width", "distinct_entries", "entry_label", "fit", "format_entries", "payload_kind", "payload_label",
            "payload_text"]
 
 PayloadKind = Literal["grammar", "document", "passage"]
@@ -112,15 +113,21 @@ def compact_payload(doc_id: str, payload: dict[str, Any]) -> dict[str, Any]:
     return {"id": doc_id, "title": payload.get("title"), "text": str(payload.get("text", ""))[:MODEL_TEXT_CHARS]}
 
 
+def distinct_entries(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Found entries, each document once, where it first appears: the order :func:`format_entries` numbers
+    them in (a structured answer's entry number refers to it)."""
+    first: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        first.setdefault(str(e.get("id", id(e))), e)
+    return list(first.values())
+
+
 def format_entries(entries: list[dict[str, Any]], max_chars: int = 1800) -> str:
     """Found entries as short numbered lines (each document once): pattern or topic, name, explanation,
     one example."""
     lines: list[str] = []
     used = 0
-    first: dict[str, dict[str, Any]] = {}
-    for e in entries:
-        first.setdefault(str(e.get("id", id(e))), e)  # each document once, where it first appears
-    for e in first.values():
+    for e in distinct_entries(entries):
         i = len(lines) + 1
         if "pattern" in e:
             example = (e.get("examples") or [{}])[0] or {}

@@ -235,7 +235,7 @@ class HydeRetriever:
                 return Hypotheses(None, skipped="confident",
                                   notes=(*notes, f"cascade: raw top-1 margin {margin:.3f} >= {plan.cascade_margin}"))
         generated = await self.generators.generate(plan.domain, plan.text, plan.n_hypotheses, self.settings.timeout_s,
-                                                   one_call=plan.one_call, history=tuple(plan.request.history))
+                                                   one_call=plan.one_call, history=plan.request.history)
         if agent is not None:  # agent_hypothesis = add: searched beside the generated ones
             generated.hypotheses.insert(0, agent)
             generated.usage.add(agent_usage(agent))

@@ -21,6 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from ..corpus.rendering import distinct_entries
+
 __all__ = ["GroundedAnswer", "distinct_entries", "ground_reply", "render_answer", "render_entry"]
 
 HANGUL = re.compile("[가-힣]")
@@ -37,14 +39,6 @@ class GroundedAnswer(BaseModel):
     korean: str = Field(max_length=200, description="Корейская фраза для ситуации ученика, по этой конструкции.")
     explanation: str = Field(max_length=400, description="1–2 предложения по-русски: почему эта конструкция и "
                                                         "как её построить.")
-
-
-def distinct_entries(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Found entries, each document once, in the order the model was shown them (``format_entries``'s)."""
-    first: dict[str, dict[str, Any]] = {}
-    for e in entries:
-        first.setdefault(str(e.get("id", id(e))), e)
-    return list(first.values())
 
 
 def _name(e: dict[str, Any]) -> str:
