@@ -93,3 +93,44 @@ def test_local_model_errors_are_actionable(tmp_path: Path) -> None:
     broken.write_bytes(b"not a model")
     with pytest.raises(LLMUnavailableError, match="exited"):
         LocalLlamaServer(broken, startup_timeout_s=60, log_path=tmp_path / "log.txt").start()
+
+
+async def test_a_text_call_is_one_model_request_with_the_instructions_and_the_budget() -> None:
+    """Hypotheses and questions go through pydantic-ai's direct API (one request, no agent run): the model
+    sees the instructions, one user message, the call's settings, and a per-call token budget."""
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from hyde_tutor.llm.generation import generate_text, text_call
+
+    seen: list[tuple[str | None, list[str], int | None]] = []
+
+    def reply(messages, info):
+        seen.append((info.instructions, [str(p.content) for m in messages for p in m.parts], (info.model_settings or {}).get("max_tokens")))
+        return ModelResponse(parts=[TextPart("Конструкция: -고 싶다")])
+
+    call = text_call(FunctionModel(reply), "Пиши статью справочника.", LLMSettings(), 180)
+    out = await generate_text(call, "Как сказать «хочу»?", timeout_s=5)
+    doubled = await generate_text(call, "Как сказать «могу»?", timeout_s=5, max_tokens=360)
+    assert out.text == "Конструкция: -고 싶다" and out.failure is None and out.usage.requests == 1
+    assert seen[0] == ("Пиши статью справочника.", ["Как сказать «хочу»?"], 180)
+    assert seen[1][2] == 360 and doubled.text == out.text
+    assert call.model_settings["max_tokens"] == 180  # the override did not leak into the call
+
+
+async def test_a_streamed_text_call_joins_the_chunks_and_an_empty_reply_is_empty_text() -> None:
+    from pydantic_ai.messages import ModelResponse
+    from pydantic_ai.models.function import FunctionModel
+
+    from hyde_tutor.llm.generation import generate_text, text_call
+
+    async def stream(messages, info):
+        for piece in ("Конструкция: ", "-고 ", "싶다"):
+            yield piece
+
+    streamed = await generate_text(text_call(FunctionModel(stream_function=stream), "", LLMSettings(), 50),
+                                   "q", timeout_s=5, stream=True)
+    assert streamed.text == "Конструкция: -고 싶다" and streamed.usage.output_tokens > 0
+    empty = await generate_text(text_call(FunctionModel(lambda m, i: ModelResponse(parts=[])), "", LLMSettings(), 50),
+                                "q", timeout_s=5)
+    assert empty.text == "" and empty.failure is None  # counted as an empty hypothesis, not an LLM error

@@ -157,3 +157,47 @@ def test_ties_are_broken_by_doc_id(store, hash_embedder, bm25) -> None:
     for _ in range(3):
         hits = Retriever(store, hash_embedder, bm25).search("c", "одинаковый текст", top_k=3, mode="dense")
         assert [h.doc_id for h in hits] == ["t1", "t2", "t3"]
+
+
+def test_a_search_sees_payloads_written_after_an_earlier_search(store, hash_embedder, bm25) -> None:
+    """The embedded store serves payloads from a cache (see ``store/payloads.py``): a write must clear it, so
+    the next search shows the new payload, and a deleted point is gone (on both backends)."""
+    _ingest(store, hash_embedder, bm25)
+    r = Retriever(store, hash_embedder, bm25)
+    assert r.search("c", "먹고 싶어요 хотеть", top_k=1)[0].payload == {"pattern": "-고 싶다"}
+    changed = [Document("g1", DOCS[0].text, {"pattern": "-고 싶다", "level": "A1"}), *DOCS[1:]]
+    _ingest(store, hash_embedder, bm25, docs=changed)
+    assert r.search("c", "먹고 싶어요 хотеть", top_k=1)[0].payload == {"pattern": "-고 싶다", "level": "A1"}
+    _ingest(store, hash_embedder, bm25, docs=DOCS[1:], sync=True)  # g1 deleted
+    assert "g1" not in [h.doc_id for h in r.search("c", "먹고 싶어요 хотеть", top_k=4)]
+
+
+def test_editing_a_result_payload_does_not_change_the_next_search(store, hash_embedder, bm25) -> None:
+    _ingest(store, hash_embedder, bm25)
+    r = Retriever(store, hash_embedder, bm25)
+    first = r.search("c", "먹고 싶어요 хотеть", top_k=1)[0]
+    first.payload["pattern"] = "edited by the caller"
+    assert r.search("c", "먹고 싶어요 хотеть", top_k=1)[0].payload == {"pattern": "-고 싶다"}
+
+
+def test_payload_cache_keeps_no_fetch_that_a_write_overtook() -> None:
+    from hyde_tutor.retrieval.store.payloads import PayloadCache
+
+    cache = PayloadCache()
+    generation = cache.generation
+    cache.invalidate()  # a write lands while a search is fetching old payloads
+    hits = cache.store([("p1", {"doc_id": "g1", "pattern": "old"})], generation)
+    assert hits["p1"].doc_id == "g1" and hits["p1"].payload == {"pattern": "old"}  # this search still gets them
+    assert cache.lookup(["p1"]) == ({}, ["p1"])  # but the next one fetches again
+    cache.store([("p1", {"doc_id": "g1", "pattern": "new"})], cache.generation)
+    known, missing = cache.lookup(["p1", "p2"])
+    assert known["p1"].payload == {"pattern": "new"} and missing == ["p2"]
+
+
+def test_payload_cache_starts_over_past_its_limit() -> None:
+    from hyde_tutor.retrieval.store.payloads import PayloadCache
+
+    cache = PayloadCache(limit=3)
+    cache.store([(i, {"doc_id": f"d{i}"}) for i in range(3)], cache.generation)
+    cache.store([(9, {"doc_id": "d9"})], cache.generation)
+    assert len(cache) == 1 and cache.lookup([9])[1] == []

@@ -90,9 +90,11 @@ async def run_load(hr: Any, queries: list[str], *, calls: int = 400, concurrency
     latencies: list[float] = []
     errors: list[str] = []
 
+    queue = iter(range(calls))  # one shared queue: a task takes the next call when its last one ends
+
     async def worker(w: int) -> None:
         ctx = RunContext(deps=TutorDeps(retriever=hr, monitor=monitor), model=TestModel(), usage=RunUsage())
-        for i in range(w, calls, concurrency):
+        for i in queue:
             name, args = jobs[i]
             started = time.perf_counter()
             try:

@@ -67,8 +67,8 @@ def hyde_pipeline_bench(hyde: Any, collection: str, queries: Sequence[str], late
         gen = hyde.generator(collection)
         texts = []
         for p in gen.perspectives[:n]:
-            run = await gen.agent.run(gen.user_prompt(q, p))
-            texts.append(run.output)
+            run = await gen.call.run(gen.user_prompt(q, p))
+            texts.append(run.text)
         rankings = []
         for text in [q, *texts]:
             enc = r.encode([text])

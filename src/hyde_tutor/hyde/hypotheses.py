@@ -18,7 +18,7 @@ from ..errors import HydeTutorError
 from .cache import HypothesisCache, MemoryCache, cache_key
 from .domains import (DOMAINS, HANGUL, Domain, DomainProfile, echoes_query, normalise_length, split_sections,
                       strip_prompt_echo)
-from ..llm.generation import Generation, TokenUsage, generate_text, text_agent
+from ..llm.generation import Generation, TokenUsage, generate_text, text_call
 from ..llm.backends import LLMBackend
 from ..llm.prompts import Perspective, Prompt, load_prompt, parse_perspectives
 from ..llm.recordings import render_followup_request, render_hypothesis_request, render_multi_request, request_sha256
@@ -125,7 +125,7 @@ def shape_hypothesis(text: str, profile: DomainProfile, hyde: HydeSettings, prom
 # -- generator ------------------------------------------------------------------------------------
 
 class HypothesisGenerator:
-    """Writes N hypotheses for a query concurrently, one per perspective, through a pydantic-ai agent."""
+    """Writes N hypotheses for a query concurrently, one per perspective, through one pydantic-ai model request each (:class:`~hyde_tutor.llm.TextCall`)."""
 
     def __init__(
         self,
@@ -167,7 +167,7 @@ class HypothesisGenerator:
         self._multi_request: Prompt | None = None
         self._followup_request: Prompt | None = None
         self.gates = gates if gates is not None else (LoopGates(max_concurrency) if max_concurrency else None)
-        self.agent = text_agent(model, self.prompt.text, llm, llm.max_tokens, extra_settings)
+        self.call = text_call(model, self.prompt.text, llm, llm.max_tokens, extra_settings)
 
     @classmethod
     def for_backend(cls, backend: LLMBackend, domain: Domain, *, hyde: HydeSettings, llm: LLMSettings,
@@ -239,8 +239,8 @@ class HypothesisGenerator:
         reply = await self._cache_get(key)
         cached = reply is not None
         out = Generation(reply) if cached else await generate_text(
-            self.agent, user, timeout_s=timeout, stream=self.stream, gate=self._gate(), counter=self.counter,
-            system=self.prompt.text, max_tokens=self.max_tokens * n)
+            self.call, user, timeout_s=timeout, stream=self.stream, gate=self._gate(), counter=self.counter,
+            max_tokens=self.max_tokens * n)
         result = GenerationResult(usage=out.usage)
         if not result.count_failure(out, names) and out.text is not None:
             if not cached and out.text.strip():
@@ -300,8 +300,8 @@ class HypothesisGenerator:
         cached = await self._cache_get(key)
         if cached is not None:
             return Generation(cached), True
-        out = await generate_text(self.agent, user, timeout_s=timeout, stream=self.stream, gate=self._gate(),
-                                  counter=self.counter, system=self.prompt.text)
+        out = await generate_text(self.call, user, timeout_s=timeout, stream=self.stream, gate=self._gate(),
+                                  counter=self.counter)
         if out.text and out.text.strip():
             await self._cache_set(key, out.text)
         return out, False

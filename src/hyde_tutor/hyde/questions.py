@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from ..config import LLMSettings, QuestionSettings, Settings
 from ..corpus.documents import Document
-from ..llm.generation import generate_text, text_agent
+from ..llm.generation import generate_text, text_call
 from ..corpus.ingest import MAX_QUESTIONS
 from ..llm.backends import LLMBackend, make_llm
 from ..llm.prompts import Prompt, load_prompt
@@ -127,7 +127,7 @@ class QuestionRun:
 
 
 class QuestionGenerator:
-    """Writes K learner questions per document through a pydantic-ai agent; concurrent, cached, never raises."""
+    """Writes K learner questions per document through pydantic-ai model requests (:class:`~hyde_tutor.llm.TextCall`); concurrent, cached, never raises."""
 
     def __init__(
         self,
@@ -150,7 +150,7 @@ class QuestionGenerator:
         self.request = request or load_prompt("questions_request")
         self.cache = cache
         self._semaphore_size = max_concurrency or self.settings.concurrency
-        self.agent = text_agent(model, self.prompt.text, llm or LLMSettings(), self.settings.max_tokens, extra_settings)
+        self.call = text_call(model, self.prompt.text, llm or LLMSettings(), self.settings.max_tokens, extra_settings)
 
     @classmethod
     def for_backend(cls, backend: LLMBackend, settings: Settings, *, cache: QuestionCache | None = None) -> QuestionGenerator:
@@ -199,7 +199,7 @@ class QuestionGenerator:
             cached = self.cache.get(key)
             if cached:
                 return DocumentQuestions(doc.id, cached, cached=True)
-        out = await generate_text(self.agent, self.user_prompt(doc, k), timeout_s=self.settings.timeout_s,
+        out = await generate_text(self.call, self.user_prompt(doc, k), timeout_s=self.settings.timeout_s,
                                   stream=self.stream, gate=gate)
         if out.failure is not None:
             return DocumentQuestions(doc.id, failure=f"llm_error: {out.error}" if out.error else out.failure)

@@ -1,7 +1,7 @@
 """LLM backends (API, compatible server, embedded llama.cpp, replay), one text generation helper, recordings."""
 
 from .backends import LLMBackend, LLMUnavailableError, describe_backend, make_llm, replay_backend, resolve_provider
-from .generation import Generation, TokenUsage, generate_text, text_agent
+from .generation import Generation, TokenUsage, TextCall, generate_text, text_call
 from .recordings import NotRecordedError, Recording, RecordingBook, ReplayModel
 
 __all__ = [
@@ -14,9 +14,10 @@ __all__ = [
     "ReplayModel",
     "TokenUsage",
     "describe_backend",
+    "TextCall",
     "generate_text",
     "make_llm",
     "replay_backend",
     "resolve_provider",
-    "text_agent",
+    "text_call",
 ]

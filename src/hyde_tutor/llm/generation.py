@@ -12,8 +12,6 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic_ai.exceptions import UnexpectedModelBehavior
-
 from ..config import LLMSettings
 from .backends import agent_model_settings
 from .recordings import NotRecordedError
@@ -57,39 +55,53 @@ class Generation:
     usage: TokenUsage = field(default_factory=TokenUsage)
 
 
-def text_agent(model: Any, instructions: str, llm: LLMSettings, max_tokens: int,
-               extra_settings: dict[str, Any] | None = None) -> Any:
-    """A pydantic-ai agent that answers ``instructions`` + one user message with plain text, no retries."""
-    from pydantic_ai import Agent
-    from pydantic_ai.settings import ModelSettings
+@dataclass(frozen=True, slots=True)
+class TextCall:
+    """One text request to a model: fixed instructions and one user message in, plain text out.
 
-    settings = agent_model_settings(llm, max_tokens, extra_settings)
-    return Agent(model, instructions=instructions, output_type=str, retries=0,
-                 model_settings=ModelSettings(**settings))  # type: ignore[typeddict-item]
-
-
-async def generate_text(agent: Any, user: str, *, timeout_s: float, stream: bool = False,
-                        gate: Any = None, counter: TokenCounter | None = None, system: str = "",
-                        max_tokens: int | None = None) -> Generation:
-    """Run ``agent`` on ``user`` once inside ``gate`` (a semaphore, or none) and ``timeout_s``.
-
-    ``stream`` lets a timeout stop the embedded server's generation (see :func:`~hyde_tutor.llm.run_text`).
-    ``counter`` (with the agent's ``system`` prompt) counts the call's tokens offline instead of trusting
-    the response's figures (replay, the embedded server). ``max_tokens`` overrides the agent's budget.
+    No tools, no output validation, no retries, so no agent graph: the request goes through pydantic-ai's
+    direct API (:func:`pydantic_ai.direct.model_request`), instrumented like an agent's request when
+    ``Agent.instrument_all()`` or logfire's ``instrument_pydantic_ai()`` is on. An ``Agent.run`` adds
+    about 1.5 ms of event-loop CPU per call (run graph, capabilities, cancel scopes), which is a tenth of a
+    whole search under load; a hypothesis is one request and needs none of it.
     """
-    settings = None if max_tokens is None else _budget(agent, max_tokens)
+
+    model: Any
+    instructions: str
+    model_settings: dict[str, Any]
+
+    async def run(self, prompt: str, *, stream: bool = False, max_tokens: int | None = None) -> TextRun:
+        """Send ``prompt``; ``max_tokens`` overrides the budget for this call (see :func:`run_text`)."""
+        settings = self.model_settings if max_tokens is None else _budget(self.model_settings, max_tokens)
+        return await run_text(self, prompt, stream=stream, model_settings=settings)
+
+
+def text_call(model: Any, instructions: str, llm: LLMSettings, max_tokens: int,
+              extra_settings: dict[str, Any] | None = None) -> TextCall:
+    """A :class:`TextCall` that answers ``instructions`` + one user message with plain text."""
+    from pydantic_ai.models import infer_model
+
+    return TextCall(infer_model(model), instructions, agent_model_settings(llm, max_tokens, extra_settings))
+
+
+async def generate_text(call: TextCall, user: str, *, timeout_s: float, stream: bool = False,
+                        gate: Any = None, counter: TokenCounter | None = None, max_tokens: int | None = None) -> Generation:
+    """Send ``user`` through ``call`` once inside ``gate`` (a semaphore, or none) and ``timeout_s``.
+
+    ``stream`` lets a timeout stop the embedded server's generation (see :func:`run_text`). ``counter``
+    counts the call's tokens offline (the call's instructions + ``user``, and the reply) instead of trusting
+    the response's figures (replay, the embedded server). ``max_tokens`` overrides the call's budget.
+    """
     try:
         async with gate if gate is not None else contextlib.nullcontext():
-            run = await asyncio.wait_for(run_text(agent, user, stream=stream, model_settings=settings), timeout_s)
+            run = await asyncio.wait_for(call.run(user, stream=stream, max_tokens=max_tokens), timeout_s)
     except (asyncio.TimeoutError, TimeoutError):
         return Generation(failure="timeout")
-    except UnexpectedModelBehavior:  # e.g. an empty completion: no usable text came back
-        return Generation(text="")
     except NotRecordedError:  # the replay provider: counted apart from real LLM failures
         return Generation(failure="not_recorded")
     except Exception as exc:  # noqa: BLE001 - any backend failure becomes a recorded reason
         return Generation(failure="llm_error", error=f"{type(exc).__name__}: {exc}"[:300])
-    return Generation(run.text, usage=_usage(run, counter, system, user))
+    return Generation(run.text, usage=_usage(run, counter, call.instructions, user))
 
 
 def _usage(run: TextRun, counter: TokenCounter | None, system: str, user: str) -> TokenUsage:
@@ -102,9 +114,9 @@ def _usage(run: TextRun, counter: TokenCounter | None, system: str, user: str) -
     return TokenUsage(run.requests, run.input_tokens, run.output_tokens, "reported")
 
 
-def _budget(agent: Any, max_tokens: int) -> dict[str, Any]:
-    """The agent's model settings with another token budget (the compatible servers' body too)."""
-    settings = dict(getattr(agent, "model_settings", None) or {})
+def _budget(model_settings: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    """``model_settings`` with another token budget (the compatible servers' body too)."""
+    settings = dict(model_settings)
     settings["max_tokens"] = max_tokens
     if "extra_body" in settings:
         settings["extra_body"] = {**settings["extra_body"], "max_tokens": max_tokens}
@@ -121,25 +133,28 @@ class TextRun:
     output_tokens: int = 0
 
 
-async def run_text(agent: Any, prompt: str, *, stream: bool = False,
+async def run_text(call: TextCall, prompt: str, *, stream: bool = False,
                    model_settings: dict[str, Any] | None = None) -> TextRun:
-    """Run a text-output agent once.
+    """One request: ``call``'s instructions and ``prompt`` as the user message.
 
     With ``stream=True`` the answer is read as a stream. Cancelling the call (a timeout) then
     closes the connection, and ``llama_cpp.server`` stops generating at the next token. A plain
     request keeps running on the server after the client gave up, and the single-slot embedded
     model makes every later request wait behind it.
     """
+    from pydantic_ai.direct import model_request, model_request_stream
+    from pydantic_ai.messages import ModelRequest, PartDeltaEvent, PartStartEvent, UserPromptPart
+
+    messages = [ModelRequest(parts=[UserPromptPart(prompt)], instructions=call.instructions or None)]
+    settings: Any = model_settings if model_settings is not None else call.model_settings
     if not stream:
-        run = await agent.run(prompt, model_settings=model_settings)
-        usage = run.usage
-        return TextRun(str(run.output or ""), usage.requests, usage.input_tokens or 0, usage.output_tokens or 0)
-    pieces = 0
-    async with agent.run_stream(prompt, model_settings=model_settings) as streamed:
-        async for _ in streamed.stream_text(delta=True, debounce_by=None):
-            pieces += 1
-        output = await streamed.get_output()
-        usage = streamed.usage
+        response = await model_request(call.model, messages, model_settings=settings)
+        return TextRun(response.text or "", 1, response.usage.input_tokens or 0, response.usage.output_tokens or 0)
+    chunks = 0
+    async with model_request_stream(call.model, messages, model_settings=settings) as streamed:
+        async for event in streamed:
+            chunks += isinstance(event, PartStartEvent | PartDeltaEvent)  # one per chunk the server sent
+        response = streamed.get()
     # llama_cpp.server sends no usage on a stream; it sends one token per chunk, so count the chunks.
     # The prompt's token count is not reported there (input_tokens stays 0).
-    return TextRun(str(output or ""), usage.requests, usage.input_tokens or 0, usage.output_tokens or pieces)
+    return TextRun(response.text or "", 1, response.usage.input_tokens or 0, response.usage.output_tokens or chunks)

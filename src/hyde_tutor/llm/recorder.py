@@ -72,14 +72,14 @@ class RecordReport:
 
 async def _record_jobs(jobs: Sequence[tuple[str, str, Any]], generator: Any, make: Any, writer: RecordingWriter,
                        report: RecordReport, *, concurrency: int, timeout_s: float, progress: bool) -> None:
-    """Run ``generator``'s agent on each job's user prompt concurrently and append what ``make`` builds."""
+    """Send, through ``generator``'s call, each job's user prompt concurrently and append what ``make`` builds."""
     from tqdm import tqdm
 
     gate = asyncio.Semaphore(max(1, concurrency))
     with tqdm(total=len(jobs), desc="record", unit="gen", disable=not progress) as bar:
 
         async def one(label: str, user: str, job: Any) -> None:
-            out = await generate_text(generator.agent, user, timeout_s=timeout_s, stream=generator.stream, gate=gate)
+            out = await generate_text(generator.call, user, timeout_s=timeout_s, stream=generator.stream, gate=gate)
             if out.failure == "timeout":
                 report.failed.append(f"{label}: timeout after {timeout_s:.0f} s")
             elif out.failure is not None:  # one failed generation must not stop a long recording

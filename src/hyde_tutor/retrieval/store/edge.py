@@ -23,13 +23,21 @@ import qdrant_edge as qe
 from ...config import IndexSettings
 from ...errors import CollectionNotFoundError, StoreLockedError, StoreUnavailableError
 from ..validation import validate_collection_name
-from .base import DENSE, HASH_KEY, SPARSE, CollectionSpec, Hit, PointRecord, SearchRequest, hit_from, ranked
+from .base import DENSE, HASH_KEY, SPARSE, CollectionSpec, Hit, PointRecord, SearchRequest, ranked
+from .payloads import PayloadCache, scored
 
 META_FILE = "collection.json"
 SHARD_DIR = "shard"
 
 _registry_lock = threading.Lock()
 _open_shards: dict[Path, tuple[qe.EdgeShard, int]] = {}
+_payload_caches: dict[Path, PayloadCache] = {}
+
+
+def _payloads(path: Path) -> PayloadCache:
+    """The shard's payload cache (shared, like the shard, by every store in the process)."""
+    with _registry_lock:
+        return _payload_caches.setdefault(path, PayloadCache())
 
 
 def _acquire(path: Path, config: qe.EdgeConfig | None = None) -> qe.EdgeShard:
@@ -57,6 +65,7 @@ def _release(path: Path) -> None:
             _open_shards[path] = (shard, refs - 1)
             return
         del _open_shards[path]
+        _payload_caches.pop(path, None)
     try:
         shard.flush()
     finally:
@@ -158,6 +167,7 @@ class EdgeStore:
         with self._lock:
             path = self._held.pop(name, None)
         if path is not None:
+            _payloads(path).invalidate()
             _release(path)
         else:
             shard_path = self._dir(name) / SHARD_DIR
@@ -189,12 +199,24 @@ class EdgeStore:
             )
             for p in points
         ]
-        self._call(name, lambda shard: shard.update(qe.UpdateOperation.upsert_points(edge_points)))
+        try:
+            self._call(name, lambda shard: shard.update(qe.UpdateOperation.upsert_points(edge_points)))
+        finally:
+            self._written(name)
 
     def delete_points(self, name: str, point_ids: Sequence[str]) -> None:
         if point_ids:
             ids = list(point_ids)
-            self._call(name, lambda shard: shard.update(qe.UpdateOperation.delete_points(ids)))
+            try:
+                self._call(name, lambda shard: shard.update(qe.UpdateOperation.delete_points(ids)))
+            finally:
+                self._written(name)
+
+    def _written(self, name: str) -> None:
+        """Forget the payloads cached for ``name``'s shard (it was just written to)."""
+        path = self._held.get(name)
+        if path is not None:
+            _payloads(path).invalidate()
 
     def stored_hashes(self, name: str, point_ids: Sequence[str]) -> dict[str, str]:
         if not point_ids:
@@ -227,9 +249,17 @@ class EdgeStore:
                 f"The embedded store holds only collections hyde-tutor built; {name!r} has a schema with other vector "
                 "names. Search it where it lives: HYDE_QDRANT__URL (a server) or HYDE_QDRANT__LOCAL=true."
             )
-        batch = qe.QueryBatchRequest([_edge_query(r) for r in requests])
+        batch = qe.QueryBatchRequest([_edge_query(r) for r in requests])  # ids and scores only: see payloads.py
         results = self._call(name, lambda shard: shard.query_batch(batch))
-        return [ranked([hit_from(p.payload, p.score) for p in points]) for points in results]
+        path = self._held.get(name)  # None only if the collection was deleted meanwhile: cache nothing then
+        cache = _payloads(path) if path is not None else PayloadCache()
+        generation = cache.generation
+        known, missing = cache.lookup({p.id for points in results for p in points})
+        if missing:
+            records = self._call(name, lambda shard: shard.retrieve(missing, True, False))
+            known.update(cache.store(((r.id, r.payload) for r in records), generation))
+        # a point deleted between the query and the fetch is left out
+        return [ranked([scored(known[p.id], p.score) for p in points if p.id in known]) for points in results]
 
     def _call(self, name: str, fn: Any) -> Any:
         shard = self._shard(name)
@@ -261,7 +291,7 @@ def _edge_query(req: SearchRequest) -> qe.QueryRequest:
     nearest = _channel_queries(req)
     if len(nearest) == 1:
         (_, query), = nearest.items()
-        return qe.QueryRequest(limit=req.limit, query=query, params=params, with_payload=True)
+        return qe.QueryRequest(limit=req.limit, query=query, params=params, with_payload=False)
     if not nearest:
         raise ValueError("SearchRequest needs a dense or a non-empty sparse vector")
     prefetches = [qe.Prefetch(limit=req.prefetch_limit, query=q, params=params) for q in nearest.values()]
@@ -269,7 +299,7 @@ def _edge_query(req: SearchRequest) -> qe.QueryRequest:
         fusion: Any = qe.Fusion.Dbsf()
     else:
         fusion = qe.Fusion.Rrf(k=req.rrf_k, weights=[req.dense_weight, req.sparse_weight])
-    return qe.QueryRequest(limit=req.limit, prefetches=prefetches, query=fusion, with_payload=True)
+    return qe.QueryRequest(limit=req.limit, prefetches=prefetches, query=fusion, with_payload=False)
 
 
 def _channel_queries(req: SearchRequest) -> dict[str, Any]:
