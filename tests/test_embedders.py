@@ -100,6 +100,12 @@ def test_openai_embedder_errors(openai_stub: str) -> None:
 
 
 def test_factory_reads_settings(isolated_env, openai_stub: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hyde_tutor.retrieval.worker import ProcessEmbedder
+
+    default = make_dense_embedder(Settings())
+    assert isinstance(default, ProcessEmbedder) and (default.name, default.dim, default.options) == (
+        "use-multilingual-v3", 512, {"threads": 1})  # USE in its own process by default
+    monkeypatch.setenv("HYDE_DENSE__PROCESS", "false")
     assert isinstance(make_dense_embedder(Settings()), UseEmbedder)
     monkeypatch.setenv("HYDE_DENSE__PROVIDER", "openai")
     monkeypatch.setenv("HYDE_OPENAI__BASE_URL", openai_stub)

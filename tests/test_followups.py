@@ -51,7 +51,7 @@ async def test_history_reaches_the_raw_search_and_the_hypothesis_request(retriev
 
     searched: list[str] = []
     real = stages.search_raw
-    monkeypatch.setattr(stages, "search_raw", lambda r, c, text, *a: (searched.append(text), real(r, c, text, *a))[1])
+    monkeypatch.setattr(stages, "search_raw", lambda r, c, text, *a, **k: (searched.append(text), real(r, c, text, *a, **k))[1])
     hs = HydeSettings(n_hypotheses=1)
     hr = HydeRetriever(retriever, lambda d: HypothesisGenerator(FunctionModel(fn), "m", d, cache=MemoryCache(), hyde=hs), hs)
     await hr.search("grammar", "А в прошедшем?", history=HISTORY)

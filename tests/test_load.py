@@ -82,9 +82,120 @@ def test_the_load_drill_with_the_real_embedder(isolated_env: Path, capsys) -> No
 
     from .conftest import DATA
 
+    import gc
+
+    frozen = gc.get_freeze_count()
     report = load_drill(Settings(), calls=200, concurrency=50, data=DATA)
     print(report.to_json())
     assert report.embedder == "use-multilingual-v3" and report.store == "EdgeStore"
     assert report.failed_calls == 0 and report.records == 200
     assert report.calls_per_s > 5 and report.p95_ms < 30_000  # loose: the targets are the benchmark's
     assert sum(report.fallbacks.values()) > 0  # the flaky LLM was there, and every failure fell back
+    assert gc.get_freeze_count() == frozen  # the drill's warm-up froze the GC, and the drill undid it
+
+
+def test_a_caller_that_gave_up_is_dropped_from_its_batch_and_the_others_get_their_rows() -> None:
+    """A cancelled search's future is skipped: setting a result on it would raise in the batcher's thread
+    and leave every other caller of that batch waiting forever."""
+    gate = threading.Event()
+
+    class Gated(HashEmbedder):
+        def embed(self, texts):
+            gate.wait(5)
+            return super().embed(texts)
+
+    batcher = BatchingEmbedder(Gated())
+    first = batcher.submit(["первый"])  # the worker takes it and waits at the gate
+    time.sleep(0.05)
+    gone, kept = batcher.submit(["ушёл"]), batcher.submit(["остался"])  # queued behind it, one batch
+    assert gone.cancel()
+    gate.set()
+    assert first.result(5).shape == (1, 64) and kept.result(5).shape == (1, 64)
+    assert np.allclose(kept.result()[0], HashEmbedder().embed(["остался"])[0])
+    assert batcher.embed(["потом"]).shape == (1, 64)  # the worker is still alive
+    batcher.close()
+
+
+async def test_concurrent_async_encodes_share_batches_without_holding_worker_threads(tmp_path: Path, bm25) -> None:
+    """``Retriever.aencode`` awaits the batch: with only 2 worker threads, 20 concurrent searches still join
+    a few batches. Blocking a worker thread per search (``to_thread(encode)``) let 2 texts in per batch."""
+    import asyncio
+    import concurrent.futures
+
+    from hyde_tutor.retrieval.retriever import Retriever
+    from hyde_tutor.retrieval.store.edge import EdgeStore
+
+    inner = SlowEmbedder()
+    retriever = Retriever(EdgeStore(tmp_path), BatchingEmbedder(inner), bm25)
+    asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(2))
+    encoded = await asyncio.gather(*(retriever.aencode([f"вопрос {i}"]) for i in range(20)))
+    assert [e.dense.shape for e in encoded] == [(1, 64)] * 20 and all(e.sparse for e in encoded)
+    assert sum(inner.sizes) == 20 and len(inner.sizes) <= 4, inner.sizes
+    retriever.close()
+
+
+def test_the_process_embedder_gives_the_in_process_vectors_and_survives_a_killed_child() -> None:
+    import os
+    import signal
+
+    from hyde_tutor.retrieval.embedders import UseEmbedder
+    from hyde_tutor.retrieval.worker import ProcessEmbedder
+
+    texts = ["Как сказать, что я хочу поехать в Пусан?", "주말에 부산에 가고 싶어요."]
+    embedder = ProcessEmbedder("use", name="use-multilingual-v3", dim=512, threads=1)
+    try:
+        here = UseEmbedder(threads=1)
+        assert np.allclose(embedder.embed(texts), here.embed(texts), atol=1e-6)
+        here.close()
+        pid = embedder.pid
+        assert pid is not None and embedder.starts == 1
+        os.kill(pid, signal.SIGKILL)  # out of memory, or an operator's kill, between two calls
+        time.sleep(0.2)
+        assert embedder.embed(texts).shape == (2, 512) and embedder.starts == 2 and embedder.pid != pid
+        killer = threading.Timer(0.3, os.kill, (embedder.pid, signal.SIGKILL))  # ... and during one
+        killer.start()
+        with pytest.raises(EmbedderError, match="process stopped during a call.*next call starts a new one"):
+            embedder.embed([f"{texts[0]} {i}" for i in range(20_000)])
+        killer.join()
+        assert embedder.embed(texts).shape == (2, 512) and embedder.starts == 3
+        assert embedder.embed([]).shape == (0, 512)
+    finally:
+        embedder.close()
+    assert embedder.pid is None
+    with pytest.raises(EmbedderError, match="closed"):
+        embedder.embed(texts)
+
+
+def test_an_embedder_process_that_cannot_load_says_why() -> None:
+    from hyde_tutor.retrieval.worker import ProcessEmbedder
+
+    with pytest.raises(EmbedderError, match="Unknown embedder recipe 'bert'"):
+        ProcessEmbedder("bert", name="x", dim=3)
+    broken = ProcessEmbedder("use", name="use-multilingual-v3", dim=512, bogus=1)
+    with pytest.raises(EmbedderError, match="did not start.*TypeError.*bogus"):
+        broken.embed(["текст"])
+    broken.close()
+
+
+def test_warm_up_opens_the_collections_and_freezes_what_is_alive(tmp_path: Path, bm25) -> None:
+    import gc
+
+    from hyde_tutor.corpus.documents import Document
+    from hyde_tutor.corpus.ingest import ingest_documents
+    from hyde_tutor.hyde import HydeRetriever
+    from hyde_tutor.retrieval.retriever import Retriever
+    from hyde_tutor.retrieval.store.edge import EdgeStore
+
+    store, embedder = EdgeStore(tmp_path), HashEmbedder()
+    ingest_documents([Document("g1", "-고 싶다 хотеть", {"pattern": "-고 싶다"})], "grammar", store, embedder, bm25,
+                     progress=False)
+    hr = HydeRetriever(Retriever(store, embedder, bm25), lambda d: None)  # type: ignore[arg-type, return-value]
+    calls, frozen = embedder.calls, gc.get_freeze_count()
+    try:
+        hr.warm_up(["grammar"], freeze_gc=False)
+        assert hr.retriever.is_checked("grammar") and embedder.calls > calls and gc.get_freeze_count() == frozen
+        hr.warm_up(["grammar"])
+        assert gc.get_freeze_count() > frozen
+    finally:
+        gc.unfreeze()
+        hr.close()

@@ -53,7 +53,12 @@ class DenseSettings(BaseModel):
         "default (cohere and voyageai have none).",
     )
     batch_size: int = Field(64, ge=1, le=4096, description="Texts per embedding call.")
-    threads: int = Field(2, ge=1, le=64, description="CPU threads for the USE encoder.")
+    threads: int = Field(1, ge=1, le=64, description="BLAS threads for the USE encoder (1: under concurrent searches "
+                         "the other core is the search process's; more speed up large ingest batches).")
+    process: bool = Field(
+        True, description="Run the USE encoder in a child process, so its CPU work does not wait for this "
+        "process's GIL under concurrent searches (false: in this process, one process fewer).",
+    )
 
 
 class OpenAISettings(BaseModel):

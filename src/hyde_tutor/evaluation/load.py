@@ -12,6 +12,7 @@ fusion, the event loop. A ticker coroutine measures the longest time the event l
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import random
 import tempfile
@@ -135,6 +136,7 @@ def load_drill(settings: Settings, *, calls: int = 400, concurrency: int = 50, l
     from ..retrieval.retriever import Retriever
 
     say = progress or (lambda message: None)
+    frozen = gc.get_freeze_count()
     with tempfile.TemporaryDirectory(prefix="hyde-load-") as tmp:
         local = settings.model_copy(update={"data_dir": Path(tmp)})
         if local.qdrant.url:  # a server: separate collections, so the operator's are never touched
@@ -156,11 +158,15 @@ def load_drill(settings: Settings, *, calls: int = 400, concurrency: int = 50, l
             model = simulated_model(llm_latency_ms, fail_rate, hang_rate)
             hr = HydeRetriever(retriever, lambda d: HypothesisGenerator(model, "simulated", d, cache=NoCache(), hyde=hyde),
                                hyde, weak_model=False)
+            say("warming up (collections, embedder process, analyser; gc.freeze), as a server does at start-up…")
+            hr.warm_up(list(names.values()))
             say(f"{calls} tool calls from {concurrency} tasks, simulated LLM {llm_latency_ms:g} ms "
                 f"({fail_rate:.0%} errors, {hang_rate:.0%} hangs, HyDE timeout {timeout_s:g} s)…")
             report = asyncio.run(run_load(hr, queries, calls=calls, concurrency=concurrency,
                                           collections=(names["grammar"], names["docs"])))
         finally:
+            if frozen == 0 and gc.get_freeze_count():  # a caller's process (a test, a notebook) gets its GC back
+                gc.unfreeze()
             if local.qdrant.url:
                 for name in names.values():
                     retriever.store.delete_collection(name)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..config import HydeSettings, QuestionSettings, Settings
-from ..errors import CollectionNotFoundError, HydeTutorError
+from ..errors import CollectionNotFoundError, EmbedderError, HydeTutorError
 from .domains import DOMAINS
 from .hypotheses import Domain, GenerationResult, Hypothesis, HypothesisGenerator, shape_hypothesis
 from .request import SearchRequest
@@ -114,6 +114,20 @@ class HydeRetriever:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def warm_up(self, collections: Sequence[str], *, freeze_gc: bool = True) -> None:
+        """Load what the first searches would (collections, the embedder's child process, the analyser): one
+        plain search per collection, no LLM. Then, with ``freeze_gc``, move every object alive (modules, models)
+        out of the GC's full collections (:func:`gc.freeze`): under load, one full collection over ~280,000
+        objects paused the event loop ~160 ms. Call it once at start-up; it blocks (from async code:
+        ``await asyncio.to_thread(hr.warm_up, ["grammar", "docs"])``)."""
+        import gc
+
+        for collection in collections:
+            self.retriever.search(collection, "warm-up", top_k=1)
+        if freeze_gc:
+            gc.collect()
+            gc.freeze()
+
     def domain_of(self, collection: str, domain: Domain | None = None) -> Domain:
         """The hypothesis domain for a search: the caller's (a tool knows it searches grammar), else the
         collection's in ``HYDE_HYDE__DOMAINS``, else ``default_domain``."""
@@ -199,8 +213,7 @@ class HydeRetriever:
 
     async def _run(self, plan: Plan, started: float) -> HydeResult:
         """The stages in order; reads like the diagram in ``stages.py``."""
-        raw_task = asyncio.create_task(asyncio.to_thread(
-            stages.search_raw, self.retriever, plan.collection, plan.search_text, plan.depth, plan.has_questions))
+        raw_task = asyncio.create_task(self._search_raw(plan))
         hypotheses = await self._hypotheses(plan, raw_task)
         raw = await raw_task
         ranked = await self._rank(plan, raw, hypotheses.generated)
@@ -218,6 +231,14 @@ class HydeRetriever:
             fusion=plan.fusion, used_questions=plan.has_questions, skipped=hypotheses.skipped,
             raw_margin=stages.top_margin(raw.channels[RAW]),
         )
+
+    async def _search_raw(self, plan: Plan) -> stages.RawChannel:
+        """The query's channel: its encoding awaited (a batch shared with the other searches in flight, no
+        worker thread held meanwhile), then the store search in a worker thread."""
+        started = time.perf_counter()
+        encoding = await self.retriever.aencode([plan.search_text], plan.collection)
+        return await asyncio.to_thread(stages.search_raw, self.retriever, plan.collection, plan.search_text,
+                                       plan.depth, plan.has_questions, encoding=encoding, started=started)
 
     async def _hypotheses(self, plan: Plan, raw_task: asyncio.Task[stages.RawChannel]) -> Hypotheses:
         """The hypotheses to search: the agent's (free), else generated ones, unless the cascade finds the
@@ -257,9 +278,19 @@ class HydeRetriever:
             return self._fallback(raw, "disabled" if not plan.use_hyde else None)
         if generated.failure_reason is not None:
             return self._fallback(raw, generated.failure_reason)  # type: ignore[arg-type]
+        started = time.perf_counter()
+        try:
+            with logfire.span("hyde.embed", n=len(generated.hypotheses)):
+                encoding = await self.retriever.aencode([h.text for h in generated.hypotheses], plan.collection)
+        except EmbedderError as exc:  # e.g. a rate limit on the hypotheses' batch: the raw results stand
+            return self._fallback(raw, "embed_error", (f"{type(exc).__name__}: {exc}"[:300],))
+        except Exception as exc:  # noqa: BLE001 - a HyDE failure never fails the search
+            _log.warning("hyde-tutor: embedding the hypotheses failed; raw results instead", exc_info=True)
+            return self._fallback(raw, "search_error", (f"{type(exc).__name__}: {exc}"[:300],))
         try:
             found = await asyncio.to_thread(stages.search_hypotheses, self.retriever, plan.collection,
-                                            generated.hypotheses, raw.encoding, plan.policy, plan.fusion, plan.depth)
+                                            generated.hypotheses, raw.encoding, plan.policy, plan.fusion, plan.depth,
+                                            encoding=encoding, embed_ms=(time.perf_counter() - started) * 1000)
         except Exception as exc:  # noqa: BLE001 - the raw results are in hand: a HyDE failure never fails the search
             _log.warning("hyde-tutor: the hypotheses' search failed; raw results instead", exc_info=True)
             return self._fallback(raw, "search_error", (f"{type(exc).__name__}: {exc}"[:300],))

@@ -103,11 +103,13 @@ def is_hypothesis(channel: str) -> bool:
 
 # -- raw channel ------------------------------------------------------------------------------------
 
-def search_raw(retriever: Retriever, collection: str, text: str, depth: int, questions: bool = False) -> RawChannel:
-    """Encode the query once and search with it (and the write-time questions, when on). Blocking."""
-    started = time.perf_counter()
+def search_raw(retriever: Retriever, collection: str, text: str, depth: int, questions: bool = False, *,
+               encoding: EncodedQueries | None = None, started: float | None = None) -> RawChannel:
+    """Encode the query once (unless ``encoding`` is given) and search with it (and the write-time
+    questions, when on). Blocking. ``started``: when the search began (the channel's time counts from it)."""
+    started = time.perf_counter() if started is None else started
     with logfire.span("hyde.raw_channel", questions=questions):
-        enc = retriever.encode([text], collection)
+        enc = encoding if encoding is not None else retriever.encode([text], collection)
         hits = retriever.store.search_batch(collection, [retriever.request(enc, 0, depth, collection=collection)])[0]
         channels = {RAW: hits}
         if questions:
@@ -139,22 +141,27 @@ def top_margin(hits: Sequence[Hit]) -> float | None:
 
 def search_hypotheses(
     retriever: Retriever, collection: str, hypotheses: Sequence[Hypothesis], raw: EncodedQueries,
-    policy: HydePolicy, fusion: FusionMode, depth: int,
+    policy: HydePolicy, fusion: FusionMode, depth: int, *, encoding: EncodedQueries | None = None,
+    embed_ms: float = 0.0,
 ) -> HypothesisChannels:
-    """Embed all hypotheses in one batch and run all their searches in one batched store call. Blocking.
+    """Embed all hypotheses in one batch (unless ``encoding`` holds them already, embedded in ``embed_ms``)
+    and run all their searches in one batched store call. Blocking.
 
     An embedding failure (e.g. a rate limit on the hypotheses' batch) comes back as ``error``."""
     started = time.perf_counter()
-    with logfire.span("hyde.embed", n=len(hypotheses)):
-        try:
-            hyp = retriever.encode([h.text for h in hypotheses], collection)
-        except EmbedderError as exc:
-            return HypothesisChannels({}, error=f"{type(exc).__name__}: {exc}"[:300])
+    if encoding is None:
+        with logfire.span("hyde.embed", n=len(hypotheses)):
+            try:
+                encoding = retriever.encode([h.text for h in hypotheses], collection)
+            except EmbedderError as exc:
+                return HypothesisChannels({}, error=f"{type(exc).__name__}: {exc}"[:300])
+        embed_ms = (time.perf_counter() - started) * 1000
+    hyp = encoding
     embedded = time.perf_counter()
     with logfire.span("hyde.store_search", fusion=fusion):
         channels = _search_encoded(retriever, collection, hypotheses, hyp, raw, policy.legs, fusion, depth)
     done = time.perf_counter()
-    return HypothesisChannels(channels, (embedded - started) * 1000, (done - embedded) * 1000)
+    return HypothesisChannels(channels, embed_ms, (done - embedded) * 1000)
 
 
 def _search_encoded(

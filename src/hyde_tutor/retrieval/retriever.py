@@ -6,6 +6,7 @@ explicit RRF k and weights), ``dense`` or ``sparse``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from dataclasses import dataclass
@@ -112,6 +113,22 @@ class Retriever:
             dense=embed_in_batches(self.dense, list(texts), self.batch_size),
             sparse=self.sparse_for(collection).encode_queries(list(texts)),
         )
+
+    async def aencode(self, texts: Sequence[str], collection: str | None = None) -> EncodedQueries:
+        """:meth:`encode` for async code. With a batching embedder the coroutine awaits the batch without
+        holding a worker thread, so every search in flight can join the same batch; the sparse vectors
+        are encoded in a worker thread meanwhile."""
+        texts = list(texts)
+        submit = getattr(self.dense, "submit", None)
+        if not callable(submit) or len(texts) > self.batch_size:
+            return await asyncio.to_thread(self.encode, texts, collection)
+        dense = asyncio.wrap_future(submit(texts))
+        try:
+            sparse = await asyncio.to_thread(self.sparse_for(collection).encode_queries, texts)
+        except BaseException:
+            dense.cancel()
+            raise
+        return EncodedQueries(dense=await dense, sparse=sparse)
 
     def request(
         self, encoded: EncodedQueries, row: int, limit: int, mode: SearchMode = "hybrid",

@@ -15,7 +15,7 @@ from .adapter import PydanticAIEmbedder
 from .base import DenseEmbedder, embed_in_batches, l2_normalise
 from .openai import DEFAULT_OPENAI_EMBEDDING_MODEL, OpenAIEmbedder
 from .sentence_transformers import SentenceTransformerEmbedder
-from .use import UseEmbedder, UseEmbeddingModel
+from .use import USE_DIM, USE_NAME, UseEmbedder, UseEmbeddingModel
 
 __all__ = [
     "DenseEmbedder",
@@ -56,6 +56,10 @@ def make_dense_embedder(settings: Settings) -> DenseEmbedder:
     """Build the dense embedder the settings ask for."""
     dense = settings.dense
     if dense.provider == "use":
+        if dense.process:
+            from ..worker import ProcessEmbedder
+
+            return ProcessEmbedder("use", name=USE_NAME, dim=USE_DIM, threads=dense.threads)
         return UseEmbedder(threads=dense.threads)
     if dense.provider == "sentence-transformers":
         return SentenceTransformerEmbedder(dense.model)

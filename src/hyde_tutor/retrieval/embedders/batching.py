@@ -44,10 +44,16 @@ class BatchingEmbedder:
         self._closed = False
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.submit(texts).result()
+
+    def submit(self, texts: Sequence[str]) -> concurrent.futures.Future[np.ndarray]:
+        """Queue ``texts`` and return at once; the future holds their rows. Async code awaits it
+        (``asyncio.wrap_future``) instead of holding a worker thread while the batch is embedded."""
         texts = list(texts)
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
         future: concurrent.futures.Future[np.ndarray] = concurrent.futures.Future()
+        if not texts:
+            future.set_result(np.zeros((0, self.dim), dtype=np.float32))
+            return future
         with self._lock:
             if self._closed:
                 raise EmbedderError(f"The embedder {self.name} is closed.")
@@ -55,7 +61,7 @@ class BatchingEmbedder:
             if self._worker is None:
                 self._worker = threading.Thread(target=self._run, name=f"embed-batcher-{self.name}", daemon=True)
                 self._worker.start()
-        return future.result()
+        return future
 
     def _run(self) -> None:
         while True:
@@ -77,6 +83,10 @@ class BatchingEmbedder:
             self._embed(batch)
 
     def _embed(self, batch: list[tuple[list[str], concurrent.futures.Future[np.ndarray]]]) -> None:
+        # a caller that gave up (a cancelled search) is dropped; the others can no longer be cancelled
+        batch = [(chunk, future) for chunk, future in batch if future.set_running_or_notify_cancel()]
+        if not batch:
+            return
         texts = [t for chunk, _ in batch for t in chunk]
         try:
             vectors = np.asarray(self.inner.embed(texts), dtype=np.float32)
@@ -104,7 +114,7 @@ class BatchingEmbedder:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if item is not _STOP:
+            if item is not _STOP and item[1].set_running_or_notify_cancel():
                 item[1].set_exception(EmbedderError(f"The embedder {self.name} was closed."))
         close = getattr(self.inner, "close", None)
         if callable(close):
