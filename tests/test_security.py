@@ -60,6 +60,23 @@ def test_the_cli_and_the_toolset_refuse_a_path_as_a_collection(isolated_env: Pat
         HydeSearchToolset(grammar_collection="../grammar")
 
 
+def test_collection_names_in_settings_are_checked_when_the_settings_load(isolated_env: Path, monkeypatch) -> None:
+    """HYDE_HYDE__DOMAINS and HYDE_SCHEMAS keys are collection names: refused at load, with the variable named."""
+    from pydantic import ValidationError
+
+    from hyde_tutor.cli import app
+    from hyde_tutor.config import Settings
+
+    for variable, value in (("HYDE_HYDE__DOMAINS", '{"../x": "passage"}'), ("HYDE_SCHEMAS", '{"/tmp/evil": {}}')):
+        monkeypatch.setenv(variable, value)
+        with pytest.raises(ValidationError, match="Bad collection name"):
+            Settings()
+        out = CliRunner().invoke(app, ["search", "--collection", "grammar", "хочу"])
+        assert out.exit_code == 2 and f"{variable} has a bad key" in out.output and "Bad collection name" in out.output
+        monkeypatch.delenv(variable)
+    assert Settings(hyde={"domains": {"my_faq.v2": "passage"}}).hyde.domains == {"my_faq.v2": "passage"}
+
+
 def test_a_learners_braces_are_not_spliced_into_the_request_template() -> None:
     from hyde_tutor.llm.prompts import load_prompt
     from hyde_tutor.llm.recordings import render_hypothesis_request

@@ -9,12 +9,31 @@ a ``.env`` file in the working directory, then the defaults below.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import AfterValidator, BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .errors import CollectionNameError
+
+_COLLECTION_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+
+
+def validate_collection_name(name: Any) -> str:
+    """A collection name: letters, digits, ``_``, ``-`` and ``.`` (not first), at most 128 characters, no
+    ``..``. Names become folder names of the embedded store, so ``../x`` or ``/tmp/x`` must never pass."""
+    if not isinstance(name, str) or not _COLLECTION_NAME.fullmatch(name) or ".." in name:
+        raise CollectionNameError(
+            f"Bad collection name {name!r}: use letters, digits, '_', '-' and '.' (not first, no '..'), "
+            "at most 128 characters, e.g. 'grammar' or 'my_faq'."
+        )
+    return name
+
+
+CollectionName = Annotated[str, AfterValidator(validate_collection_name)]
+"""A collection name in settings: checked when the settings load, not when it first reaches a store."""
 
 
 class SchemaSettings(BaseModel):
@@ -216,7 +235,7 @@ class HydeSettings(BaseModel):
         None, ge=0, description="Drop hypotheses with fewer Hangul characters (0 = off); unset = the collection's "
         "domain decides: 4 for grammar and docs (Korean corpora), 0 for passage.",
     )
-    domains: dict[str, Literal["grammar", "docs", "passage"]] = Field(
+    domains: dict[CollectionName, Literal["grammar", "docs", "passage"]] = Field(
         default_factory=lambda: {"grammar": "grammar", "docs": "docs"},
         description="Collection -> hypothesis domain (prompt, perspectives, guard), as JSON: "
         '\'{"grammar": "grammar", "my_faq": "passage"}\'.',
@@ -301,7 +320,7 @@ class Settings(BaseSettings):
     questions: QuestionSettings = Field(default_factory=QuestionSettings)
     experiment: ExperimentSettings = Field(default_factory=ExperimentSettings)
     monitor: MonitorSettings = Field(default_factory=MonitorSettings)
-    schemas: dict[str, SchemaSettings] = Field(
+    schemas: dict[CollectionName, SchemaSettings] = Field(
         default_factory=dict, description="Collections hyde-tutor did not build: vector names, sparse encoder, "
         "payload fields (JSON object: collection -> schema).",
     )

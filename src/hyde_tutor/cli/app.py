@@ -52,7 +52,12 @@ def settings_error_message(exc: ValidationError) -> str:
     """One line per bad setting, named as the environment variable a user sets."""
     parts = []
     for err in exc.errors():
-        var = "HYDE_" + "__".join(str(p).upper() for p in err["loc"])
+        loc = [str(p) for p in err["loc"]]
+        if loc and loc[-1] == "[key]":  # a bad key of a JSON object setting (HYDE_HYDE__DOMAINS, HYDE_SCHEMAS)
+            var = "HYDE_" + "__".join(p.upper() for p in loc[:-2])
+            parts.append(f"{var} has a bad key {loc[-2]!r}: {err['msg']}")
+            continue
+        var = "HYDE_" + "__".join(p.upper() for p in loc)
         parts.append(f"{var}={err.get('input')!r}: {err['msg']}")
     return "bad setting " + "; ".join(parts) + " (environment or .env; .env.example lists every key and its range)"
 

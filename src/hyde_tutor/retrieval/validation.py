@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import re
 
-from ..errors import CollectionNameError, QueryValidationError
+from ..config import validate_collection_name
+from ..errors import QueryValidationError
 
-_COLLECTION_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+__all__ = ["validate_collection_name", "validate_query", "validate_top_k"]
+
 
 
 class ValidQuery(str):
@@ -33,17 +34,6 @@ def validate_query(query: Any, max_chars: int) -> ValidQuery:
             "Shorten it to the question itself (or raise HYDE_RETRIEVAL__MAX_QUERY_CHARS)."
         )
     return ValidQuery(text)
-
-
-def validate_collection_name(name: Any) -> str:
-    """A collection name: letters, digits, ``_``, ``-`` and ``.`` (not first), at most 128 characters, no
-    ``..``. Names become folder names of the embedded store, so ``../x`` or ``/tmp/x`` must never pass."""
-    if not isinstance(name, str) or not _COLLECTION_NAME.fullmatch(name) or ".." in name:
-        raise CollectionNameError(
-            f"Bad collection name {name!r}: use letters, digits, '_', '-' and '.' (not first, no '..'), "
-            "at most 128 characters, e.g. 'grammar' or 'my_faq'."
-        )
-    return name
 
 
 def validate_top_k(top_k: Any, upper: int = 100) -> int:
