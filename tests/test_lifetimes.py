@@ -27,6 +27,28 @@ def test_closing_one_backend_does_not_stop_the_shared_server_for_the_others(monk
     assert server.users == 0
 
 
+def test_closing_a_local_backend_closes_the_http_client_it_made(monkeypatch, tmp_path: Path) -> None:
+    import asyncio
+
+    import httpx2
+
+    server = LocalLlamaServer(tmp_path / "m.gguf")
+    monkeypatch.setattr(server, "stop", lambda: None)
+    monkeypatch.setitem(server_module._local_servers, ("c",), server)
+    server.users = 2
+    client = httpx2.AsyncClient()
+    LLMBackend(None, "a", "local", server, http_client=client).close()  # no loop running: closed at once
+    assert client.is_closed and server.users == 1
+
+    async def inside_a_loop() -> httpx2.AsyncClient:
+        other = httpx2.AsyncClient()
+        LLMBackend(None, "b", "local", server, http_client=other).close()  # from a running loop: a task
+        await asyncio.sleep(0.05)
+        return other
+
+    assert asyncio.run(inside_a_loop()).is_closed and server.users == 0
+
+
 def test_generators_on_one_backend_share_one_gate_per_loop() -> None:
     from hyde_tutor.config import HydeSettings, LLMSettings
     from hyde_tutor.hyde.hypotheses import HypothesisGenerator
@@ -40,6 +62,39 @@ def test_generators_on_one_backend_share_one_gate_per_loop() -> None:
 
     first, second = asyncio.run(gates())
     assert first is not None and first is second  # was: one gate per domain, so both queued inside the server
+
+
+async def test_the_agent_and_the_generators_of_one_embedded_server_never_send_two_requests_at_once() -> None:
+    """The chat agent (``backend.agent_model``), the hypothesis generator and the question generator of one
+    single-slot server queue at ONE gate; before, the agent and the question generator had none of their own
+    at the server's, so requests overlapped there and timed out behind each other."""
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from hyde_tutor.config import HydeSettings, LLMSettings, Settings
+    from hyde_tutor.corpus.documents import Document
+    from hyde_tutor.hyde.hypotheses import HypothesisGenerator
+    from hyde_tutor.hyde.questions import QuestionGenerator
+
+    in_flight, most = [0], [0]
+
+    async def server(messages, info):
+        in_flight[0] += 1
+        most[0] = max(most[0], in_flight[0])
+        await asyncio.sleep(0.05)
+        in_flight[0] -= 1
+        return ModelResponse(parts=[TextPart("Конструкция: -고 싶다. Пример: 가고 싶어요.\n1. Как сказать «хочу»?")])
+
+    backend = LLMBackend(FunctionModel(server), "m", "local", gates=LoopGates(1), max_concurrency=1)
+    hypotheses = HypothesisGenerator.for_backend(backend, "grammar", hyde=HydeSettings(timeout_s=10), llm=LLMSettings())
+    questions = QuestionGenerator.for_backend(backend, Settings())
+    agent = Agent(backend.agent_model)
+    docs = [Document(f"g{i}", f"-고 싶다 хотеть {i}", {}) for i in range(3)]
+    await asyncio.gather(agent.run("Привет"), agent.run("Как дела?"), hypotheses.generate("хочу поехать", 1),
+                         questions.generate(docs, 1))
+    assert most[0] == 1 and backend.agent_model is backend.agent_model
+    assert LLMBackend(FunctionModel(server), "m", "openai").agent_model.__class__ is FunctionModel  # no gate: as is
 
 
 def test_a_finished_loops_gate_is_forgotten() -> None:

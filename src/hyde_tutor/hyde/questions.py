@@ -28,6 +28,7 @@ from ..corpus.documents import Document
 from ..llm.generation import generate_text, text_call
 from ..corpus.ingest import MAX_QUESTIONS
 from ..llm.backends import LLMBackend, make_llm
+from ..llm.server import LoopGates
 from ..llm.prompts import Prompt, load_prompt
 from ..llm.recordings import render_questions_request
 
@@ -142,6 +143,7 @@ class QuestionGenerator:
         extra_settings: dict[str, Any] | None = None,
         max_concurrency: int | None = None,
         stream: bool = False,
+        gates: LoopGates | None = None,
     ) -> None:
         self.model_name = model_name
         self.stream = stream  # see generation.run_text
@@ -149,14 +151,19 @@ class QuestionGenerator:
         self.prompt = prompt or load_prompt("questions")
         self.request = request or load_prompt("questions_request")
         self.cache = cache
-        self._semaphore_size = max_concurrency or self.settings.concurrency
+        self.max_concurrency = max_concurrency or self.settings.concurrency
+        """Generations in flight at once."""
+        self.gates = gates
+        """The backend's shared gate (the embedded server: one request at a time for every caller); None: a
+        gate of ``max_concurrency`` per run."""
         self.call = text_call(model, self.prompt.text, llm or LLMSettings(), self.settings.max_tokens, extra_settings)
 
     @classmethod
     def for_backend(cls, backend: LLMBackend, settings: Settings, *, cache: QuestionCache | None = None) -> QuestionGenerator:
         """A generator on ``backend`` with its model settings, concurrency gate and streaming."""
         return cls(backend.model, backend.name, cache=cache, settings=settings.questions, llm=settings.llm,
-                   extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency, stream=backend.stream)
+                   extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency, stream=backend.stream,
+                   gates=backend.gates)
 
     @property
     def prompt_ref(self) -> str:
@@ -182,7 +189,7 @@ class QuestionGenerator:
         k = max(1, min(k or self.settings.k, MAX_QUESTIONS))
         run = QuestionRun()
         started = time.perf_counter()
-        gate = asyncio.Semaphore(self._semaphore_size)
+        gate = self.gates.get() if self.gates is not None else asyncio.Semaphore(self.max_concurrency)
         with tqdm(total=len(documents), desc="questions", unit="doc", disable=not progress) as bar:
 
             async def one(doc: Document) -> None:

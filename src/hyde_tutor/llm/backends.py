@@ -23,8 +23,8 @@ import httpx2  # pydantic-ai's HTTP client for OpenAI-compatible providers
 
 from ..config import LLMSettings, Settings, redact_url
 from ..errors import LLMUnavailableError
-from .server import (QWEN_FILE, QWEN_PARTS, LlamaCppCompatTransport, LocalLlamaServer, LoopGates, local_server,
-                     release_local_server)
+from .server import (QWEN_FILE, QWEN_PARTS, LlamaCppCompatTransport, LocalLlamaServer, LoopGates, gated_model,
+                     local_server, release_local_server)
 from .tokens import TokenCounter, gguf_counter, qwen_counter
 
 __all__ = ["LLMBackend", "LLMUnavailableError", "LocalLlamaServer", "describe_backend", "make_llm",
@@ -46,20 +46,56 @@ class LLMBackend:
     stream: bool = False  # read answers as a stream, so a timed-out call stops the server's generation
     token_counter: TokenCounter | None = None
     """Counts tokens offline where the responses' figures are missing or estimates (replay, embedded)."""
+    http_client: httpx2.AsyncClient | None = None
+    """The HTTP client this backend made (the embedded server's); closed with the backend."""
     _released: bool = field(default=False, init=False, repr=False)
+    _agent_model: Any = field(default=None, init=False, repr=False)
+
+    @property
+    def agent_model(self) -> Any:
+        """The model to give an ``Agent``: :attr:`model`, behind the server's gate when the backend has one
+        (the embedded model), so the agent's requests queue with the HyDE and question generators' instead of
+        inside the single-slot server, where they would time out."""
+        if self.gates is None:
+            return self.model
+        if self._agent_model is None:
+            self._agent_model = gated_model(self.model, self.gates)
+        return self._agent_model
 
     def close(self) -> None:
-        """Let go of the embedded server (it stops when no other backend holds it); idempotent."""
-        if self.server is not None and not self._released:
-            self._released = True
-            release_local_server(self.server)
+        """Close the HTTP client this backend made and let go of the embedded server (it stops when no other
+        backend holds it); idempotent."""
+        if self._released:
+            return
+        self._released = True
+        try:
+            if self.http_client is not None and not self.http_client.is_closed:
+                _close_client(self.http_client)
+        finally:
+            if self.server is not None:
+                release_local_server(self.server)
 
 
-def _openai_chat_model(model_name: str, base_url: str | None, api_key: str | None, llama_cpp: bool = False) -> Any:
+def _close_client(client: httpx2.AsyncClient) -> None:
+    """``aclose()`` from sync code: in a loop of its own, or as a task of the running loop."""
+    import asyncio
+    import contextlib
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        with contextlib.suppress(Exception):  # connections of a loop that is gone cannot be closed politely
+            asyncio.run(client.aclose())
+        return
+    task = loop.create_task(client.aclose())
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # never "exception was never retrieved"
+
+
+def _openai_chat_model(model_name: str, base_url: str | None, api_key: str | None,
+                       http_client: httpx2.AsyncClient | None = None) -> Any:
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
-    http_client = httpx2.AsyncClient(transport=LlamaCppCompatTransport(), timeout=600) if llama_cpp else None
     provider = OpenAIProvider(base_url=base_url, api_key=api_key, http_client=http_client)
     return OpenAIChatModel(model_name, provider=provider)
 
@@ -104,10 +140,11 @@ def make_llm(settings: Settings) -> LLMBackend:
     if provider == "replay":
         return replay_backend(llm.recordings, settings.data_dir / "models")
     server = local_server(settings)
-    model = _openai_chat_model(server.model_name, server.base_url, "local", llama_cpp=True)
+    client = httpx2.AsyncClient(transport=LlamaCppCompatTransport(), timeout=600)
+    model = _openai_chat_model(server.model_name, server.base_url, "local", client)
     return LLMBackend(model, f"local:{server.model_name}", "local", server, _compat_settings(llm), max_concurrency=1,
-                      gates=server.gates,
-                      stream=True, token_counter=gguf_counter(server.gguf, f"{server.model_name}-gguf-vocab"))
+                      gates=server.gates, stream=True, http_client=client,
+                      token_counter=gguf_counter(server.gguf, f"{server.model_name}-gguf-vocab"))
 
 
 def replay_backend(recordings: str | None = None, models_dir: Path | None = None) -> LLMBackend:

@@ -145,6 +145,6 @@ async def record_questions(generator: Any, documents: Sequence[Any], writer: Rec
                          prompt_sha256=request_sha256(generator.prompt.text, user), created=utc_now())
 
     await _record_jobs(jobs, generator, make, writer,
-                       report, concurrency=generator._semaphore_size or concurrency, timeout_s=timeout_s,
+                       report, concurrency=generator.max_concurrency or concurrency, timeout_s=timeout_s,
                        progress=progress)
     return report

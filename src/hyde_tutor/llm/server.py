@@ -22,6 +22,7 @@ import weakref
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import httpx2  # pydantic-ai's HTTP client for OpenAI-compatible providers
@@ -130,6 +131,27 @@ class LoopGates:
 
     def __len__(self) -> int:
         return len(self._gates)
+
+
+def gated_model(model: Any, gates: LoopGates) -> Any:
+    """``model`` behind ``gates``: each request (plain or streamed) waits for this loop's gate first, so an
+    agent's own requests queue with the generators' at the single-slot embedded server."""
+    from contextlib import asynccontextmanager
+
+    from pydantic_ai.models.wrapper import WrapperModel
+
+    class GatedModel(WrapperModel):
+        async def request(self, *args: Any, **kwargs: Any) -> Any:
+            async with gates.get():
+                return await super().request(*args, **kwargs)
+
+        @asynccontextmanager
+        async def request_stream(self, *args: Any, **kwargs: Any) -> Any:
+            async with gates.get():
+                async with super().request_stream(*args, **kwargs) as stream:
+                    yield stream
+
+    return GatedModel(model)
 
 
 @dataclass

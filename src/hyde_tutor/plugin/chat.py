@@ -59,7 +59,7 @@ def build_tutor_agent(
     """
     backend = model if hasattr(model, "extra_settings") and hasattr(model, "kind") else None
     if backend is not None:
-        model, model_settings = backend.model, model_settings or backend.extra_settings
+        model, model_settings = backend.agent_model, model_settings or backend.extra_settings
     chosen = HydeTutor.for_backend(backend).mode if mode == "auto" else mode
     if grounded is None:
         grounded = getattr(backend, "kind", None) == "local"

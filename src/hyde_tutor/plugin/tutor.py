@@ -111,7 +111,7 @@ class HydeTutor(AbstractCapability[TutorDeps]):
     ``retrieve-first`` searches before the model answers (:class:`RetrieveFirst`) and offers no tools
     (the embedded model, whose tool calls mostly fail). :meth:`for_backend` picks by the backend::
 
-        agent = Agent(llm.model, deps_type=TutorDeps, capabilities=[HydeTutor.for_backend(llm)])
+        agent = Agent(llm.agent_model, deps_type=TutorDeps, capabilities=[HydeTutor.for_backend(llm)])
     """
 
     mode: TutorMode = "tools"
