@@ -37,6 +37,8 @@ def main() -> None:
     ap.add_argument("--one-call", action="store_true", help="answers to the one-call request: {id, n, text}")
     ap.add_argument("--followups", action="store_true",
                     help="answers to the follow-up request: {id, perspective, text}; --queries has the history")
+    ap.add_argument("--condense", action="store_true",
+                    help="answers to the condense request: {id, text}; --queries has the follow-ups and history")
     ap.add_argument("--queries", type=Path, help="with --one-call: the BEIR queries.jsonl the ids come from")
     ap.add_argument("answers", nargs="+", type=Path)
     args = ap.parse_args()
@@ -46,6 +48,9 @@ def main() -> None:
         return
     if args.followups:
         followups(args, profile)
+        return
+    if args.condense:
+        condense(args)
         return
     system, request, persp = (load_prompt(profile.prompt), load_prompt(profile.request), load_prompt(profile.perspectives))
     instructions = {p.name: p.instruction for p in parse_perspectives(persp.text)}
@@ -89,6 +94,29 @@ def followups(args: argparse.Namespace, profile: object) -> None:
         user = render_followup_request(request, conversation, q.text.strip(), instructions[row["perspective"]])
         rec = Recording(kind="hypothesis", domain=args.domain, query=q.text.strip(), perspective=row["perspective"],
                         text=row["text"], model=MODEL_LABEL, prompt_refs=(system.ref, request.ref, persp.ref),
+                        prompt_sha256=request_sha256(system.text, user), created=utc_now(), conversation=conversation)
+        if not writer.has(rec.key):
+            writer.append(rec)
+            added += 1
+    print(f"{args.out}: {added} records added")
+
+
+def condense(args: argparse.Namespace) -> None:
+    """Follow-ups rewritten as standalone questions (``prompts/condense.v<N>.md``): ``condense`` records."""
+    from hyde_tutor.evaluation.beir import load_beir
+    from hyde_tutor.hyde.conversation import render_conversation
+    from hyde_tutor.llm.recordings import render_condense_request
+
+    system, request = load_prompt("condense"), load_prompt("condense_request")
+    queries = {q.id: q for q in load_beir(args.queries.parent).queries}
+    writer = RecordingWriter(args.out)
+    added = 0
+    for row in _rows(args.answers):
+        q = queries[row["id"]]
+        conversation = render_conversation(q.history)
+        user = render_condense_request(request, conversation, q.text.strip())
+        rec = Recording(kind="condense", query=q.text.strip(), perspective="standalone", text=row["text"],
+                        model=MODEL_LABEL, prompt_refs=(system.ref, request.ref),
                         prompt_sha256=request_sha256(system.text, user), created=utc_now(), conversation=conversation)
         if not writer.has(rec.key):
             writer.append(rec)

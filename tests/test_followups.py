@@ -11,7 +11,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from hyde_tutor.config import HydeSettings
+from hyde_tutor.config import HydeSettings, LLMSettings
 from hyde_tutor.errors import HydeTutorError
 from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.hyde import HydeRetriever
@@ -138,3 +138,48 @@ async def test_the_follow_up_agent_calls_replay_with_their_conversation() -> Non
         await agent.run(q.text, deps=TutorDeps(retriever=Recorder()), message_history=_messages(q.history))  # type: ignore[arg-type]
     assert stats.served == 41 and stats.not_recorded == 0 and stats.stale == 0
     assert all(r.agent_hypothesis for r in searched)
+
+
+def test_the_condensed_arm_searches_the_models_standalone_question_and_falls_back_to_context(retriever) -> None:
+    """``eval --arms condensed``: the LLM sees the conversation and the follow-up and writes one standalone
+    question, which is searched; a failed rewrite is searched like ``context`` and counted."""
+    from hyde_tutor.evaluation.arms import CondensedArm
+    from hyde_tutor.evaluation.beir import EvalQuery
+    from hyde_tutor.hyde.conversation import Condenser, standalone_question
+
+    seen: list[str] = []
+
+    def fn(messages, info: AgentInfo):
+        user = str(messages[-1].parts[-1].content)
+        seen.append(user)
+        if "сломай" in user:
+            raise ConnectionError("server down")
+        return ModelResponse(parts=[TextPart("Самостоятельный вопрос: «Как сказать, что я хотел поехать, 먹고 싶었어요?»")])
+
+    condenser = Condenser(FunctionModel(fn), "m")
+    queries = [EvalQuery("q1", "А в прошедшем?", "g", history=HISTORY),
+               EvalQuery("q2", "сломай меня", "g", history=HISTORY), EvalQuery("q3", "Как сказать «могу»?", "g")]
+    with CondensedArm(retriever, "grammar", 3, condenser) as arm:
+        ranked = arm(queries)
+    assert "Ученик: Как сказать, что я хочу поехать в Корею?" in seen[0] and "А в прошедшем?" in seen[0]
+    assert len(seen) == 2  # a query without a history is searched as it is: no call
+    assert arm.rewrites == {"А в прошедшем?": "Как сказать, что я хотел поехать, 먹고 싶었어요?", "сломай меня": None}
+    assert arm.fallbacks() == {"rewrite_failed": 1} and ranked[0] and ranked[1] and ranked[2]
+    assert arm.cost()["llm_calls"] == pytest.approx(2 / 3)
+    assert standalone_question("") is None and standalone_question("x" * 400) is None
+
+
+def test_the_condense_recordings_replay_for_their_conversation() -> None:
+    import asyncio
+
+    from hyde_tutor.evaluation.beir import load_beir
+    from hyde_tutor.hyde.conversation import Condenser
+    from hyde_tutor.llm.backends import replay_backend
+
+    backend = replay_backend(str(DATA / "recordings" / "followups.condense.jsonl"))
+    condenser = Condenser.for_backend(backend, LLMSettings())
+    q = load_beir(DATA / "eval" / "followups").queries[0]
+    out = asyncio.run(condenser.condense(q.history, q.text))
+    assert out.question and out.failure is None and "сестра" in out.question
+    other = asyncio.run(condenser.condense((("user", "Другой вопрос?"),), q.text))
+    assert other.question is None and other.failure == "not_recorded"

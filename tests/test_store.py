@@ -18,6 +18,7 @@ from hyde_tutor import (
     StoreUnavailableError,
 )
 from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.errors import EmbedderError
 from hyde_tutor.retrieval.retriever import Retriever
 from hyde_tutor.retrieval.store import SearchRequest
 
@@ -201,3 +202,31 @@ def test_payload_cache_starts_over_past_its_limit() -> None:
     cache.store([(i, {"doc_id": f"d{i}"}) for i in range(3)], cache.generation)
     cache.store([(9, {"doc_id": "d9"})], cache.generation)
     assert len(cache) == 1 and cache.lookup([9])[1] == []
+
+
+def test_recreate_builds_beside_the_live_collection_and_a_failed_rebuild_leaves_it(tmp_path: Path, hash_embedder,
+                                                                                     bm25) -> None:
+    """Embedded store: ``--recreate`` used to delete the live collection first, so a rebuild that failed
+    halfway left a half-built collection (and searches meanwhile found nothing)."""
+    store = EdgeStore(tmp_path)
+    _ingest(store, hash_embedder, bm25)
+    r = Retriever(store, hash_embedder, bm25)
+    assert r.search("c", "먹고 싶어요 хотеть", top_k=1)[0].doc_id == "g1"
+
+    class Failing(HashEmbedder):
+        def embed(self, texts):
+            raise EmbedderError("the embedding server went away")
+
+    new = [Document(f"n{i}", f"новый документ {i} 새로운", {"pattern": f"n{i}"}) for i in range(5)]
+    with pytest.raises(Exception, match="went away"):
+        ingest_documents(new, "c", store, Failing(dim=hash_embedder.dim, name=hash_embedder.name), bm25,
+                         recreate=True, progress=False)
+    assert store.count("c") == 4 and r.search("c", "먹고 싶어요 хотеть", top_k=1)[0].doc_id == "g1"
+    report = ingest_documents(new, "c", store, hash_embedder, bm25, recreate=True, progress=False)
+    assert report.points_in_collection == 5 and report.collection == "c"
+    assert {h.doc_id for h in r.search("c", "новый документ", top_k=10)} == {f"n{i}" for i in range(5)}
+    assert store.list_collections() == ["c"]  # no staging or retired folder left
+    store.close()
+    reopened = EdgeStore(tmp_path)  # and it is on disk, not only in this process
+    assert reopened.count("c") == 5
+    reopened.close()

@@ -26,9 +26,10 @@ def evaluate(
     collection: Annotated[str, typer.Option(help="Collection to evaluate; ingested from DIR/corpus.jsonl if missing.")],
     dataset: Annotated[Path, typer.Option(help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv.")],
     arms: Annotated[str, typer.Option(
-        help="Comma-separated: raw, rrf, dbsf, dense, sparse, context, hyde, hyde_only, questions, hyde+questions. "
-             "For queries with a history (follow-ups): raw = the last message alone, context = the previous "
-             "question + the last message; hyde arms get the conversation.")] = "raw",
+        help="Comma-separated: raw, rrf, dbsf, dense, sparse, context, condensed, hyde, hyde_only, questions, "
+             "hyde+questions. For queries with a history (follow-ups): raw = the last message alone, context = the "
+             "previous question + the last message, condensed = the LLM's standalone rewrite of the follow-up; "
+             "hyde arms get the conversation.")] = "raw",
     k: Annotated[int, typer.Option("--k", min=10, max=100, help="Retrieval depth (metrics use @1/5/10).")] = 10,
     hypotheses: Annotated[int | None, typer.Option("--hypotheses", min=1, max=8)] = None,
     fusion: Annotated[str | None, typer.Option(help="rrf | max | mean | score for the hyde arms.")] = None,
@@ -37,7 +38,8 @@ def evaluate(
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of nDCG@10 and recall@5 per arm and query group.")] = None,
 ) -> None:
     """Score arms on the same queries: recall@1/5/10, precision@5, MRR@10, nDCG@10, per query group."""
-    from ..evaluation.arms import ARM_NAMES, CONTEXT_ARMS, HYDE_ARMS, ContextArm, HydeArm, RAW_ARMS, raw_arm
+    from ..evaluation.arms import (ARM_NAMES, CONTEXT_ARMS, HYDE_ARMS, CondensedArm, ContextArm, HydeArm, RAW_ARMS,
+                                   raw_arm)
     from ..evaluation.beir import evaluate_arms, report_json, report_table
     check_fusion(fusion)
     names = [a.strip() for a in arms.split(",") if a.strip()]
@@ -54,6 +56,10 @@ def evaluate(
             for a in names:
                 if a in RAW_ARMS:
                     runs[a] = raw_arm(hr.retriever, collection, k, *RAW_ARMS[a])
+                elif a == "condensed":
+                    runs[a] = condensed = stack.enter_context(CondensedArm(
+                        hr.retriever, collection, k, _condenser(stack)))
+                    hyde_arms[a] = condensed  # type: ignore[assignment]  # its fallbacks are reported too
                 elif a in CONTEXT_ARMS:
                     runs[a] = ContextArm(hr.retriever, collection, k)
                 else:
@@ -81,6 +87,19 @@ def evaluate(
         + (f" ({c['counted']})" if c["counted"] != "none" else "") for a, c in costs.items()))
     for a, reasons in fallbacks.items():
         typer.echo(f"{a}: fallbacks {reasons or 'none'}")
+
+
+def _condenser(stack: ExitStack) -> Any:
+    """The ``condensed`` arm's rewriter, on the configured LLM backend (closed with the stack)."""
+    from ..config import Settings
+    from ..hyde.conversation import Condenser
+    from ..llm.backends import make_llm
+
+    settings = Settings()
+    backend = make_llm(settings)
+    stack.callback(backend.close)
+    typer.echo(f"condensed: follow-ups rewritten by {backend.name}", err=True)
+    return Condenser.for_backend(backend, settings.llm)
 
 
 def _load(dataset: Path, limit: int | None) -> BeirDataset:

@@ -90,11 +90,20 @@ def ingest_documents(
     """Write ``documents`` into ``collection``; re-running with the same input writes nothing.
 
     ``sync`` also deletes the points of documents that are no longer in ``documents`` (refused when
-    the input had bad lines: a document on a bad line is not gone, it is unreadable).
+    the input had bad lines: a document on a bad line is not gone, it is unreadable). ``recreate`` builds the
+    collection anew; on a store that can swap collections (the embedded one) it is built beside the live one
+    (``<name>.rebuild``) and swapped in when complete, so searches meanwhile, and a rebuild that fails, see the
+    old collection. A Qdrant server's collection is still dropped first.
     """
     started = time.perf_counter()
     report = IngestReport(collection=collection, source=source, documents=len(documents))
-    spec = _ensure_collection(collection, store, dense, sparse, documents, recreate)
+    live = collection
+    swap = recreate and callable(getattr(store, "replace_collection", None)) and collection in store.list_collections()
+    if swap:  # build beside the live collection and swap at the end: a failed rebuild leaves it as it was
+        collection = rebuild_name(live)
+        if collection in store.list_collections():  # left by a rebuild that failed
+            store.delete_collection(collection)
+    spec = _ensure_collection(collection, store, dense, sparse, documents, recreate and not swap)
     encoder = Bm25Encoder(sparse.analyzer, sparse.k1, sparse.b, spec.bm25_avg_len)
     with tqdm(total=len(documents), desc=f"ingest {collection}", unit="doc", disable=not progress) as bar:
         for start in range(0, len(documents), batch_size):
@@ -115,12 +124,19 @@ def ingest_documents(
         if stale:
             store.delete_points(collection, stale)
         report.deleted = len(stale)
-        _sync_questions(store, collection, {d.id for d in documents})
-    if report.written or report.deleted:
+        _sync_questions(store, live, {d.id for d in documents})
+    if report.written or report.deleted or swap:
         store.finish_ingest(collection)
-    report.points_in_collection = store.count(collection)
+    if swap:
+        store.replace_collection(live, collection)  # type: ignore[attr-defined]
+    report.points_in_collection = store.count(live)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def rebuild_name(collection: str) -> str:
+    """Where ``ingest --recreate`` builds the new ``collection`` before swapping it in (a store that can swap)."""
+    return f"{collection}.rebuild"
 
 
 def _sync_questions(store: VectorStore, collection: str, keep_ids: set[str]) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..hyde import FusionMode, HydeRetriever
-from ..hyde.conversation import context_query
+from ..hyde.conversation import Condenser, context_query
 from ..retrieval.retriever import Retriever, SearchMode
 
 ArmRun = Callable[[Sequence[str]], list[list[str]]]
@@ -39,8 +39,9 @@ HYDE_ARMS: dict[str, PipelineArm] = {
     "questions": PipelineArm(False, use_questions=True),
     "hyde+questions": PipelineArm(True, use_questions=True),
 }
-CONTEXT_ARMS = ("context",)
-"""``context``: a follow-up searched with the previous question in front of it (plain hybrid, no LLM)."""
+CONTEXT_ARMS = ("context", "condensed")
+"""``context``: a follow-up searched with the previous question in front of it (plain hybrid, no LLM);
+``condensed``: a follow-up rewritten by the LLM as a standalone question, then searched (plain hybrid)."""
 ARM_NAMES = (*RAW_ARMS, *CONTEXT_ARMS, *HYDE_ARMS)
 
 
@@ -73,6 +74,60 @@ class ContextArm:
         texts = [context_query(h, t, self.r.settings.max_query_chars) if h else t
                  for t, h in map(_text_and_history, items)]
         return [[h.doc_id for h in hits] for hits in self.r.search_many(self.collection, texts, self.k)]
+
+
+class CondensedArm(ContextArm):
+    """Plain hybrid search of each follow-up rewritten by the LLM as a standalone question
+    (:class:`~hyde_tutor.hyde.conversation.Condenser`); a query without history is searched as it is, and a
+    failed rewrite is searched like ``context`` (counted in :meth:`fallbacks`). Close it to close its loop."""
+
+    def __init__(self, r: Retriever, collection: str, k: int, condenser: Condenser, timeout_s: float = 60.0) -> None:
+        super().__init__(r, collection, k)
+        self.condenser, self.timeout_s = condenser, timeout_s
+        self.rewrites: dict[str, str | None] = {}
+        """Per follow-up text: the standalone question, or None when the rewrite failed."""
+        self.costs: dict[str, tuple[int, int, int, bool, str]] = {}
+        self._loop = asyncio.new_event_loop()
+
+    def __call__(self, items: Sequence[Any]) -> list[list[str]]:
+        pairs = [_text_and_history(item) for item in items]
+
+        async def run() -> list[Any]:
+            gate = asyncio.Semaphore(4)
+
+            async def one(text: str, history: tuple[tuple[str, str], ...]) -> Any:
+                async with gate:
+                    return await self.condenser.condense(history, text, self.timeout_s)
+
+            return list(await asyncio.gather(*(one(t, h) for t, h in pairs)))
+
+        rewritten = self._loop.run_until_complete(run())
+        texts = []
+        for (text, history), out in zip(pairs, rewritten, strict=True):
+            self.costs.setdefault(text, (out.usage.requests, out.usage.input_tokens, out.usage.output_tokens, False,
+                                         out.usage.source))
+            if history:
+                self.rewrites.setdefault(text, out.question)
+            texts.append(out.question or (context_query(history, text, self.r.settings.max_query_chars) if history
+                                          else text))
+        return [[h.doc_id for h in hits] for hits in self.r.search_many(self.collection, texts, self.k)]
+
+    def fallbacks(self) -> dict[str, int]:
+        failed = sum(q is None for q in self.rewrites.values())
+        return {"rewrite_failed": failed} if failed else {}
+
+    def cost(self) -> dict[str, Any]:
+        """LLM calls and tokens per search (one rewrite per follow-up), as :meth:`HydeArm.cost`."""
+        return _cost(self.costs)
+
+    def close(self) -> None:
+        self._loop.close()
+
+    def __enter__(self) -> CondensedArm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class HydeArm:
@@ -118,12 +173,7 @@ class HydeArm:
     def cost(self) -> dict[str, Any]:
         """Per search, over distinct queries: LLM calls, input and output tokens, the share the cascade skipped,
         and how the tokens were counted."""
-        rows = list(self.costs.values())
-        n = max(1, len(rows))
-        sources = sorted({s for row in rows for s in row[4].split("+") if s})
-        return {"llm_calls": sum(r[0] for r in rows) / n, "tokens_in": sum(r[1] for r in rows) / n,
-                "tokens_out": sum(r[2] for r in rows) / n, "skipped": sum(r[3] for r in rows) / n,
-                "counted": "+".join(sources) or "none"}
+        return _cost(self.costs)
 
     def fallbacks(self) -> dict[str, int]:
         """How often each fallback reason occurred, over distinct queries."""
@@ -137,3 +187,12 @@ class HydeArm:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _cost(costs: dict[str, tuple[int, int, int, bool, str]]) -> dict[str, Any]:
+    rows = list(costs.values())
+    n = max(1, len(rows))
+    sources = sorted({s for row in rows for s in row[4].split("+") if s})
+    return {"llm_calls": sum(r[0] for r in rows) / n, "tokens_in": sum(r[1] for r in rows) / n,
+            "tokens_out": sum(r[2] for r in rows) / n, "skipped": sum(r[3] for r in rows) / n,
+            "counted": "+".join(sources) or "none"}

@@ -9,6 +9,13 @@ template), so it answers the follow-up in context.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import LLMSettings
+from ..llm.generation import TokenUsage, generate_text, text_call
+from ..llm.prompts import load_prompt
+from ..llm.recordings import render_condense_request
 
 Message = tuple[str, str]
 """``(role, content)``: role ``user`` or ``assistant``."""
@@ -30,3 +37,62 @@ def render_conversation(history: Sequence[Message], turns: int = RECENT_TURNS) -
     names = {"user": "Ученик", "assistant": "Репетитор"}
     return "\n".join(f"{names.get(role, role)}: {' '.join(content.split())[:400]}"
                      for role, content in list(history)[-turns:])
+
+
+class Condenser:
+    """Rewrites a follow-up into a standalone question with the LLM (``prompts/condense.v<N>.md``), for search:
+    «А в прошедшем?» after a question about wanting to go to Korea becomes a question that names both.
+
+    One text request per follow-up through the backend's model (its gate, streaming and settings); a failed or
+    empty reply gives ``None``, and the caller searches the previous question with the follow-up instead.
+    """
+
+    def __init__(self, model: Any, model_name: str, *, llm: LLMSettings | None = None,
+                 extra_settings: dict[str, Any] | None = None, stream: bool = False, gates: Any = None,
+                 max_tokens: int = 96) -> None:
+        self.model_name = model_name
+        self.prompt = load_prompt("condense")
+        self.request = load_prompt("condense_request")
+        self.stream, self.gates = stream, gates
+        self.call = text_call(model, self.prompt.text, llm or LLMSettings(), max_tokens, extra_settings)
+
+    @classmethod
+    def for_backend(cls, backend: Any, llm: LLMSettings) -> Condenser:
+        return cls(backend.model, backend.name, llm=llm, extra_settings=backend.extra_settings, stream=backend.stream,
+                   gates=backend.gates)
+
+    @property
+    def prompt_refs(self) -> tuple[str, str]:
+        return (self.prompt.ref, self.request.ref)
+
+    def user_prompt(self, history: Sequence[Message], text: str) -> str:
+        return render_condense_request(self.request, render_conversation(history), text)
+
+    async def condense(self, history: Sequence[Message], text: str, timeout_s: float = 30.0) -> Condensed:
+        """The standalone question (None: no history, a failed call, an empty or runaway reply) and its cost."""
+        if not history:
+            return Condensed(None)
+        out = await generate_text(self.call, self.user_prompt(history, text), timeout_s=timeout_s, stream=self.stream,
+                                  gate=self.gates.get() if self.gates is not None else None)
+        return Condensed(standalone_question(out.text or ""), out.usage, out.failure or out.error)
+
+
+@dataclass(frozen=True, slots=True)
+class Condensed:
+    """A condense call's outcome."""
+
+    question: str | None
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    failure: str | None = None
+
+
+def standalone_question(reply: str, max_chars: int = 300) -> str | None:
+    """The question in a condense reply: its first non-empty line without a label or quotes; None if empty or
+    longer than ``max_chars`` (a model that started answering instead)."""
+    for line in reply.splitlines():
+        line = line.strip().strip("«»\"'").strip()
+        if line.lower().startswith("самостоятельный вопрос:"):
+            line = line.split(":", 1)[1].strip().strip("«»\"'").strip()
+        if line:
+            return line if len(line) <= max_chars else None
+    return None

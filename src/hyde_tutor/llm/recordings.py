@@ -32,7 +32,7 @@ from typing import Any, Literal
 from ..errors import HydeTutorError
 from .prompts import Prompt, load_prompt, parse_perspectives
 
-RecordKind = Literal["hypothesis", "hypotheses", "questions"]
+RecordKind = Literal["hypothesis", "hypotheses", "questions", "condense"]
 __all__ = [
     "NotRecordedError",
     "Recording",
@@ -58,7 +58,8 @@ class Recording:
 
     kind: RecordKind
     """``hypothesis`` (query-time HyDE, one perspective), ``hypotheses`` (one call answering N
-    perspectives) or ``questions`` (write-time learner questions)."""
+    perspectives), ``questions`` (write-time learner questions) or ``condense`` (a follow-up rewritten as a
+    standalone question; ``conversation`` holds the conversation shown)."""
     query: str
     """The learner's question; for ``questions``, the document text as it was shown to the model."""
     perspective: str
@@ -101,8 +102,8 @@ class Recording:
         if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
             raise ValueError("prompt_refs must be a list of 'name@vN' strings")
         kind = obj.get("kind", "hypothesis")
-        if kind not in ("hypothesis", "hypotheses", "questions"):
-            raise ValueError(f"kind must be hypothesis, hypotheses or questions, not {kind!r}")
+        if kind not in ("hypothesis", "hypotheses", "questions", "condense"):
+            raise ValueError(f"kind must be hypothesis, hypotheses, questions or condense, not {kind!r}")
         return cls(kind=kind, query=str(obj["query"]), perspective=str(obj["perspective"]), text=str(obj["text"]),
                    model=str(obj["model"]), prompt_refs=tuple(refs), domain=str(obj.get("domain", "")),
                    prompt_sha256=str(obj.get("prompt_sha256", "")), created=str(obj.get("created", "")),
@@ -150,6 +151,15 @@ def render_followup_request(request: Prompt, conversation: str, query: str, pers
     return _FOLLOWUP.sub(lambda m: values[m.group(1)], request.text)
 
 
+_CONDENSE = re.compile(r"\{(conversation|query)\}")
+
+
+def render_condense_request(request: Prompt, conversation: str, query: str) -> str:
+    """The user message of a condense call (a follow-up rewritten as a standalone question), in one pass."""
+    values = {"conversation": conversation, "query": query}
+    return _CONDENSE.sub(lambda m: values[m.group(1)], request.text)
+
+
 def render_questions_request(request: Prompt, document_text: str, k: int | str) -> str:
     """The user message of a write-time questions call."""
     return request.text.replace("{document}", document_text).replace("{k}", str(k))
@@ -178,6 +188,10 @@ class _PromptFiles:
 
 def render_recording(rec: Recording, prompts: _PromptFiles) -> tuple[str, str]:
     """(system prompt, user message) that ``rec`` answered, from the prompt files it names."""
+    if rec.kind == "condense":
+        system_ref, request_ref = rec.prompt_refs[:2]
+        return prompts.get(system_ref).text, render_condense_request(prompts.get(request_ref), rec.conversation,
+                                                                     rec.query)
     if rec.kind == "questions":
         system_ref, request_ref = rec.prompt_refs[:2]
         return prompts.get(system_ref).text, render_questions_request(prompts.get(request_ref), rec.query,

@@ -175,6 +175,27 @@ class EdgeStore:
                 raise StoreLockedError(str(shard_path))
         shutil.rmtree(self._dir(name), ignore_errors=True)
 
+    def replace_collection(self, name: str, staging: str) -> None:
+        """Put the fully built collection ``staging`` in ``name``'s place and remove the old one (``ingest
+        --recreate`` builds beside the live collection, so a failed rebuild leaves it as it was). The folders
+        are renamed, so ``name`` is missing only between two renames; this store reopens it on its next use."""
+        old_dir, new_dir = self._dir(name), self._dir(staging)
+        if not (new_dir / META_FILE).exists():
+            raise CollectionNotFoundError(staging, self.list_collections())
+        with self._lock:
+            held = [self._held.pop(n, None) for n in (staging, name)]
+        for path in held:
+            if path is not None:
+                _payloads(path).invalidate()
+                _release(path)
+        if old_dir / SHARD_DIR in _open_shards:  # another store of this process still searches it
+            raise StoreLockedError(str(old_dir / SHARD_DIR))
+        retired = old_dir.with_name(f"{name}.retired-{os.getpid()}")
+        if old_dir.exists():
+            os.rename(old_dir, retired)
+        os.rename(new_dir, old_dir)
+        shutil.rmtree(retired, ignore_errors=True)
+
     def close(self) -> None:
         with self._lock:
             held, self._held = self._held, {}
