@@ -76,3 +76,45 @@ def test_no_module_is_over_350_lines() -> None:
     sizes = {str(p.relative_to(PACKAGE)): len(p.read_text(encoding="utf-8").splitlines()) for p in _modules()}
     over = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
     assert not over, f"modules over {MAX_MODULE_LINES} lines: {over}"
+
+
+def _private_reaches(path: Path) -> list[str]:
+    """``x._name`` on anything but ``self``/``cls``, ``from m import _name``, and imports of private modules
+    (``pydantic_ai._utils``): what a module uses of another's internals."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            module = node.module or ""
+            if any(part.startswith("_") and not part.startswith("__") for part in module.split(".")):
+                found.append(f"line {node.lineno}: from {module} import ...")
+            found += [f"line {node.lineno}: import {a.name} from {module or '.'}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+        elif isinstance(node, ast.Import):
+            found += [f"line {node.lineno}: import {a.name}" for a in node.names
+                      if any(p.startswith("_") and not p.startswith("__") for p in a.name.split("."))]
+    return found
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_reaches_into_private_names_of_another(path: Path) -> None:
+    """Was: the recorder read a generator's ``_semaphore_size``, ``inspect`` called the store's ``_call`` on its
+    client, and the chat imported ``pydantic_ai._utils``."""
+    assert not _private_reaches(path), f"{path.relative_to(PACKAGE)}: {_private_reaches(path)}"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_imports_through_the_package_root(path: Path) -> None:
+    """``hyde_tutor/__init__`` re-exports every layer: importing from it inside the package hides which layer a
+    module really depends on from the layer test above."""
+    if path == PACKAGE / "__init__.py":
+        return
+    depth = len(path.relative_to(PACKAGE).parts) - 1
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            root = (node.level == depth + 1 and not node.module) or (node.level == 0 and node.module == "hyde_tutor")
+            layers = set(ALLOWED) | FOUNDATION
+            assert not (root and any(a.name not in layers for a in node.names)), (
+                f"{path.relative_to(PACKAGE)} line {node.lineno} imports {[a.name for a in node.names]} from the package root")

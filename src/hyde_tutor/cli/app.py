@@ -41,10 +41,10 @@ def configure_logging(level: str) -> None:
 
     log = logging.getLogger("hyde_tutor")
     log.setLevel(level)
-    if not any(getattr(h, "_hyde_tutor", False) for h in log.handlers):
+    if not any(getattr(h, "hyde_tutor_handler", False) for h in log.handlers):
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(levelname)s hyde_tutor: %(message)s"))
-        handler._hyde_tutor = True  # type: ignore[attr-defined]
+        handler.hyde_tutor_handler = True  # type: ignore[attr-defined]
         log.addHandler(handler)
 
 

@@ -3,62 +3,18 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import EmbedderMismatchError
 from ..retrieval.retriever import Retriever
-from ..retrieval.store import EdgeStore, QdrantClientStore
-from ..retrieval.store.base import INTERNAL_KEYS, CollectionSpec
-from ..retrieval.store.client import SPEC_KEY
+from ..retrieval.store.base import CollectionInfo
 
 __all__ = ["CollectionInfo", "describe_collection", "inspect_report"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CollectionInfo:
-    """What the engine says about one collection."""
-
-    name: str
-    dense: dict[str, tuple[int, str]] = field(default_factory=dict)
-    """Dense vector name -> (size, distance)."""
-    sparse: dict[str, str] = field(default_factory=dict)
-    """Sparse vector name -> modifier (``idf`` or ``none``)."""
-    points: int = 0
-    sample: dict[str, Any] = field(default_factory=dict)
-    built_by_hyde_tutor: str | None = None
-    """The embedders recorded at ingest, for collections hyde-tutor built."""
-
-
 def describe_collection(retriever: Retriever, name: str) -> CollectionInfo:
-    store = retriever.store
-    if name not in store.list_collections():
-        from ..errors import CollectionNotFoundError
-
-        raise CollectionNotFoundError(name, store.list_collections())
-    if isinstance(store, QdrantClientStore):
-        info = store._call(store.client.get_collection, name)
-        params = info.config.params
-        vectors = params.vectors if isinstance(params.vectors, dict) else {"": params.vectors}
-        dense = {n: (int(v.size), str(v.distance.value if hasattr(v.distance, "value") else v.distance))
-                 for n, v in (vectors or {}).items() if v is not None}
-        sparse = {n: str(getattr(v.modifier, "value", v.modifier) or "none").lower()
-                  for n, v in (params.sparse_vectors or {}).items()}
-        records, _ = store._call(store.client.scroll, collection_name=name, limit=1, with_payload=True)
-        sample = dict(records[0].payload or {}) if records else {}
-        metadata = getattr(info.config, "metadata", None) or {}
-        built = CollectionSpec.from_dict(metadata[SPEC_KEY]).describe() if SPEC_KEY in metadata else None
-        return CollectionInfo(name=name, dense=dense, sparse=sparse, points=store.count(name),
-                              sample={k: v for k, v in sample.items() if k not in INTERNAL_KEYS}, built_by_hyde_tutor=built)
-    spec = store.collection_spec(name)
-    sample: dict[str, Any] = {}
-    if isinstance(store, EdgeStore):
-        first = store.point_ids(name)[:1]
-        if first:
-            records = store._call(name, lambda shard: shard.retrieve(first, with_payload=True, with_vector=False))
-            sample = {k: v for k, v in (records[0].payload or {}).items() if k not in INTERNAL_KEYS} if records else {}
-    return CollectionInfo(name=name, dense={"dense": (spec.dense_dim, "Cosine")}, sparse={"sparse": "idf"},
-                          points=store.count(name), sample=sample, built_by_hyde_tutor=spec.describe())
+    """What the retriever's store says about collection ``name`` (its own :meth:`describe_collection`)."""
+    return retriever.store.describe_collection(name)
 
 
 def _suggest_schema(info: CollectionInfo, dense_dim: int) -> dict[str, Any]:

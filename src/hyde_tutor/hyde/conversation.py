@@ -49,17 +49,17 @@ class Condenser:
 
     def __init__(self, model: Any, model_name: str, *, llm: LLMSettings | None = None,
                  extra_settings: dict[str, Any] | None = None, stream: bool = False, gates: Any = None,
-                 max_tokens: int = 96) -> None:
+                 max_tokens: int = 96, counter: Any = None) -> None:
         self.model_name = model_name
         self.prompt = load_prompt("condense")
         self.request = load_prompt("condense_request")
-        self.stream, self.gates = stream, gates
+        self.stream, self.gates, self.counter = stream, gates, counter
         self.call = text_call(model, self.prompt.text, llm or LLMSettings(), max_tokens, extra_settings)
 
     @classmethod
     def for_backend(cls, backend: Any, llm: LLMSettings) -> Condenser:
         return cls(backend.model, backend.name, llm=llm, extra_settings=backend.extra_settings, stream=backend.stream,
-                   gates=backend.gates)
+                   gates=backend.gates, counter=backend.token_counter)
 
     @property
     def prompt_refs(self) -> tuple[str, str]:
@@ -73,7 +73,7 @@ class Condenser:
         if not history:
             return Condensed(None)
         out = await generate_text(self.call, self.user_prompt(history, text), timeout_s=timeout_s, stream=self.stream,
-                                  gate=self.gates.get() if self.gates is not None else None)
+                                  gate=self.gates.get() if self.gates is not None else None, counter=self.counter)
         return Condensed(standalone_question(out.text or ""), out.usage, out.failure or out.error)
 
 

@@ -13,9 +13,11 @@ found and one line saying the model could not answer.
 
 from __future__ import annotations
 
+import asyncio
 import html
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -119,8 +121,8 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
         if streaming:
             result, first_token = _run_streaming(agent, deps, question, history, max_requests, on_text)  # type: ignore[arg-type]
         else:
-            result = agent.run_sync(question, deps=deps, message_history=list(history),
-                                    usage_limits=UsageLimits(request_limit=max_requests))
+            result = _turn_loop().run_until_complete(agent.run(
+                question, deps=deps, message_history=list(history), usage_limits=UsageLimits(request_limit=max_requests)))
         if isinstance(result.output, GroundedAnswer):
             text, replaced = render_answer(result.output, deps.found), False
         else:
@@ -152,10 +154,21 @@ def _fallback_reply(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str
     return line + "\nВот что нашлось в справочнике:\n" + format_entries(entries, max_chars=2400)
 
 
+_loops = threading.local()
+
+
+def _turn_loop() -> asyncio.AbstractEventLoop:
+    """This thread's event loop for chat turns, made on first use and kept: the searches, the model's requests
+    and its HTTP connections of every turn stay on one loop (a new loop per turn would strand them)."""
+    loop = getattr(_loops, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _loops.loop = asyncio.new_event_loop()
+    return loop
+
+
 def _run_streaming(agent: Agent[TutorDeps, Any], deps: TutorDeps, question: str, history: Sequence[ModelMessage],
                    max_requests: int, on_text: Callable[[str], None]) -> tuple[Any, float | None]:
     """The agent run with its text parts handed to ``on_text`` as they arrive; (result, first-token time)."""
-    from pydantic_ai._utils import get_event_loop
     from pydantic_ai.messages import PartDeltaEvent, PartStartEvent, TextPart, TextPartDelta
 
     first: list[float] = []
@@ -176,27 +189,23 @@ def _run_streaming(agent: Agent[TutorDeps, Any], deps: TutorDeps, question: str,
                     emit(event.delta.content_delta)
             return events.result
 
-    result = get_event_loop().run_until_complete(run())
+    result = _turn_loop().run_until_complete(run())
     return result, (first[0] if first else None)
 
 
 def _prefetch(deps: TutorDeps, question: str, history: Sequence[ModelMessage] = ()) -> list[dict[str, Any]]:
     """The retrieve-first searches (same decision, records and results as in the run, the conversation in
     view), done now."""
-    from pydantic_ai._utils import get_event_loop
-
     from .tutor import RetrieveFirst, conversation
 
-    entries = get_event_loop().run_until_complete(RetrieveFirst().search(deps, question, conversation(history)))
+    entries = _turn_loop().run_until_complete(RetrieveFirst().search(deps, question, conversation(history)))
     deps.prefetch(question, entries)
     return entries
 
 
 def _search_now(deps: TutorDeps, question: str) -> list[dict[str, Any]]:
     """Plain search of grammar then docs for ``question``, outside an agent run and outside the A/B
-    records, on the same event loop ``Agent.run_sync`` uses (a second loop would strand the model's
-    HTTP connections)."""
-    from pydantic_ai._utils import get_event_loop
+    records, on the chat's event loop (a second loop would strand the model's HTTP connections)."""
 
     async def both() -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
@@ -209,7 +218,7 @@ def _search_now(deps: TutorDeps, question: str) -> list[dict[str, Any]]:
         return found
 
     try:
-        return get_event_loop().run_until_complete(both())
+        return _turn_loop().run_until_complete(both())
     except Exception:  # noqa: BLE001 - the reply must still be written (e.g. called inside a running loop)
         return []
 

@@ -47,6 +47,11 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
     def get_instructions(self) -> Any:
         return self._found_entries
 
+    def instruction_parts(self) -> list[Any]:
+        """What this step adds to an agent's instructions (the found entries, framed as data), for a capability
+        that composes it with its own instructions."""
+        return [self._found_entries]
+
     async def search(self, deps: TutorDeps, question: str,
                      history: tuple[tuple[str, str], ...] = ()) -> list[dict[str, Any]]:
         """The searches this step runs for ``question`` (a follow-up with the conversation in view)."""
@@ -135,7 +140,7 @@ class HydeTutor(AbstractCapability[TutorDeps]):
     def get_instructions(self) -> Any:
         if self.mode == "retrieve-first":
             base = load_prompt("tutor_grounded").text if self.grounded else tutor_answer_instructions()
-            return [base, self._retrieve._found_entries]
+            return [base, *self._retrieve.instruction_parts()]
         return tutor_instructions()
 
     def get_toolset(self) -> Any:

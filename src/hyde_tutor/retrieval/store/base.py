@@ -123,6 +123,22 @@ def hit_from(payload: dict[str, Any] | None, score: float, point_id: Any = None,
     return Hit(doc_id=str(doc_id), score=float(score), payload=public_payload(payload))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectionInfo:
+    """What the engine says about one collection (``hyde-tutor inspect``)."""
+
+    name: str
+    dense: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """Dense vector name -> (size, distance)."""
+    sparse: dict[str, str] = field(default_factory=dict)
+    """Sparse vector name -> modifier (``idf`` or ``none``)."""
+    points: int = 0
+    sample: dict[str, Any] = field(default_factory=dict)
+    """One point's payload, without hyde-tutor's internal keys."""
+    built_by_hyde_tutor: str | None = None
+    """The embedders recorded at ingest, for collections hyde-tutor built."""
+
+
 class VectorStore(Protocol):
     """Minimal vector-store interface; implemented by qdrant-edge and qdrant-client backends."""
 
@@ -147,6 +163,10 @@ class VectorStore(Protocol):
         ...
 
     def search_batch(self, name: str, requests: Sequence[SearchRequest]) -> list[list[Hit]]: ...
+
+    def describe_collection(self, name: str) -> CollectionInfo:
+        """Its vectors, point count and a sample payload, as the engine reports them."""
+        ...
 
     def finish_ingest(self, name: str) -> None: ...
 

@@ -18,7 +18,8 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 from ...config import IndexSettings
 from ...errors import CollectionNotFoundError, StoreLockedError, StoreUnavailableError
 from ..validation import validate_collection_name
-from .base import DENSE, HASH_KEY, SPARSE, CollectionSpec, Hit, PointRecord, SearchRequest, hit_from, ranked
+from .base import (DENSE, HASH_KEY, SPARSE, CollectionInfo, CollectionSpec, Hit, PointRecord, SearchRequest, hit_from,
+                   public_payload, ranked)
 
 SPEC_KEY = "hyde_tutor_spec"
 
@@ -75,6 +76,23 @@ class QdrantClientStore:
             hnsw_config=models.HnswConfigDiff(m=self.index.hnsw_m, ef_construct=self.index.hnsw_ef_construct),
             metadata={SPEC_KEY: spec.to_dict()},
         )
+
+    def describe_collection(self, name: str) -> CollectionInfo:
+        validate_collection_name(name)
+        if not self._call(self.client.collection_exists, name):
+            raise CollectionNotFoundError(name, self.list_collections())
+        info = self._call(self.client.get_collection, name)
+        params = info.config.params
+        vectors = params.vectors if isinstance(params.vectors, dict) else {"": params.vectors}
+        dense = {n: (int(v.size), str(v.distance.value if hasattr(v.distance, "value") else v.distance))
+                 for n, v in (vectors or {}).items() if v is not None}
+        sparse = {n: str(getattr(v.modifier, "value", v.modifier) or "none").lower()
+                  for n, v in (params.sparse_vectors or {}).items()}
+        records, _ = self._call(self.client.scroll, collection_name=name, limit=1, with_payload=True)
+        metadata = getattr(info.config, "metadata", None) or {}
+        built = CollectionSpec.from_dict(metadata[SPEC_KEY]).describe() if SPEC_KEY in metadata else None
+        return CollectionInfo(name=name, dense=dense, sparse=sparse, points=self.count(name),
+                              sample=public_payload(records[0].payload if records else None), built_by_hyde_tutor=built)
 
     def delete_collection(self, name: str) -> None:
         validate_collection_name(name)

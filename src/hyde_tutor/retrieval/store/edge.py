@@ -23,7 +23,8 @@ import qdrant_edge as qe
 from ...config import IndexSettings
 from ...errors import CollectionNotFoundError, StoreLockedError, StoreUnavailableError
 from ..validation import validate_collection_name
-from .base import DENSE, HASH_KEY, SPARSE, CollectionSpec, Hit, PointRecord, SearchRequest, ranked
+from .base import (DENSE, HASH_KEY, SPARSE, CollectionInfo, CollectionSpec, Hit, PointRecord, SearchRequest,
+                   public_payload, ranked)
 from .payloads import PayloadCache, scored
 
 META_FILE = "collection.json"
@@ -195,6 +196,14 @@ class EdgeStore:
             os.rename(old_dir, retired)
         os.rename(new_dir, old_dir)
         shutil.rmtree(retired, ignore_errors=True)
+
+    def describe_collection(self, name: str) -> CollectionInfo:
+        spec = self.collection_spec(name)
+        first = self.point_ids(name)[:1]
+        records = self._call(name, lambda shard: shard.retrieve(first, True, False)) if first else []
+        return CollectionInfo(name=name, dense={DENSE: (spec.dense_dim, "Cosine")}, sparse={SPARSE: "idf"},
+                              points=self.count(name), sample=public_payload(records[0].payload if records else None),
+                              built_by_hyde_tutor=spec.describe())
 
     def close(self) -> None:
         with self._lock:
