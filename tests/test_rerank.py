@@ -56,7 +56,7 @@ async def test_reranker_in_the_pipeline_orders_by_cross_encoder(tiny_cross_encod
     hr = HydeRetriever(Retriever(store, hash_embedder, bm25), lambda d: None, HydeSettings(enabled=False), reranker=reranker)  # type: ignore[arg-type,return-value]
     res = await hr.search("grammar", "хочу поехать", top_k=4)
     store.close()
-    from hyde_tutor.corpus.documents import payload_text
+    from hyde_tutor.corpus.rendering import payload_text
 
     expected = reranker.scores("хочу поехать", [payload_text(d.payload) for d in res.results])
     assert [d.score for d in res.results] == pytest.approx(expected)

@@ -125,8 +125,3 @@ def to_beir_record(doc: Document) -> dict[str, str]:
     return {"_id": doc.id, "title": title, "text": body}
 
 
-def payload_text(payload: dict[str, Any]) -> str:
-    """Readable text of a stored payload (what a reranker or an agent reads); see :mod:`hyde_tutor.rendering`."""
-    from .rendering import payload_text as render
-
-    return render(payload)

@@ -8,7 +8,8 @@ its :class:`~hyde_tutor.schemas.CollectionSchema` instead.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = ["compact_payload", "display_width", "distinct_entries", "entry_label", "fit", "format_entries", "payload_kind", "payload_label",
@@ -29,12 +30,20 @@ def reference_block(text: str) -> str:
     return f"{REFERENCE_NOTE}\n{REFERENCE_OPEN}\n{inner}\n{REFERENCE_CLOSE}"
 
 
-def payload_kind(payload: dict[str, Any]) -> PayloadKind:
-    if "pattern" in payload:
-        return "grammar"
-    if "content" in payload:
-        return "document"
-    return "passage"
+KIND_FIELD = {"grammar": "grammar", "doc": "document", "beir": "passage"}
+"""The ``kind`` ingest writes into every payload -> how it renders."""
+
+
+def payload_kind(payload: dict[str, Any]) -> PayloadKind | Literal["generic"]:
+    """How a payload renders: by the ``kind`` field ingest writes; a payload without one (written before the
+    field existed, or elsewhere) by its fields; ``generic`` when it has none of the known fields."""
+    stated = KIND_FIELD.get(str(payload.get("kind", "")))
+    if stated is not None and _RENDERERS[stated].required <= payload.keys():
+        return stated  # type: ignore[return-value]
+    for kind, renderer in _RENDERERS.items():
+        if renderer.required and renderer.required <= payload.keys():
+            return kind  # type: ignore[return-value]
+    return "passage" if {"title", "text"} & payload.keys() else "generic"
 
 
 def payload_label(payload: dict[str, Any], *, long: bool = False, schema: Any = None) -> str:
@@ -42,16 +51,71 @@ def payload_label(payload: dict[str, Any], *, long: bool = False, schema: Any = 
     for a collection built elsewhere, its schema's ``title_fields`` (``schema``: a ``CollectionSchema``)."""
     if schema is not None and getattr(schema, "title_fields", ()):
         return schema.title(payload) or "(no title)"
-    kind = payload_kind(payload)
-    if kind == "grammar":
-        return f"{payload.get('pattern', '')} — {payload.get('name_ru', '')}" if long else str(payload.get("pattern", ""))
-    if kind == "document":
-        if long:
-            return _joined(": ", payload.get("topic"), payload.get("subtopic") or payload.get("title"))
-        return str(payload.get("subtopic") or payload.get("title") or "")
-    if long:
-        return _joined(": ", payload.get("topic"), payload.get("subtopic") or payload.get("title"))
-    return str(payload.get("title") or "")
+    return _RENDERERS[payload_kind(payload)].label(payload, long)
+
+
+def payload_text(payload: dict[str, Any]) -> str:
+    """The payload as one readable text (what a reranker or an agent reads)."""
+    return _RENDERERS[payload_kind(payload)].text(payload)
+
+
+def compact_payload(doc_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """What the model sees of one result: readable fields and the id, never vectors."""
+    return {"id": doc_id, **_RENDERERS[payload_kind(payload)].compact(payload)}
+
+
+@dataclass(frozen=True, slots=True)
+class _Renderer:
+    """How one kind of payload reads: its short label, its text, and what the model is shown."""
+
+    required: frozenset[str]
+    label: Callable[[dict[str, Any], bool], str]
+    text: Callable[[dict[str, Any]], str]
+    compact: Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _grammar_text(p: dict[str, Any]) -> str:
+    examples = " ".join(f"{e.get('ko', '')} — {e.get('ru', '')}" for e in p.get("examples", []) if isinstance(e, dict))
+    return f"{p.get('pattern', '')} — {p.get('name_ru', '')}. {p.get('explanation_ru', '')} {examples}".strip()
+
+
+def _document_compact(p: dict[str, Any]) -> dict[str, Any]:
+    content = str(p.get("content", ""))
+    return {"topic": p.get("topic"), "subtopic": p.get("subtopic"),
+            "content": content[:MODEL_TEXT_CHARS] + ("…" if len(content) > MODEL_TEXT_CHARS else "")}
+
+
+def _generic_text(p: dict[str, Any]) -> str:
+    """Any payload: its string values, in order (a payload of unknown shape still reads as something)."""
+    return " ".join(str(v) for k, v in p.items() if isinstance(v, str) and k != "kind")[:MODEL_TEXT_CHARS * 2]
+
+
+_RENDERERS: dict[str, _Renderer] = {
+    "grammar": _Renderer(
+        frozenset({"pattern"}),
+        lambda p, long: f"{p.get('pattern', '')} — {p.get('name_ru', '')}" if long else str(p.get("pattern", "")),
+        _grammar_text,
+        lambda p: {"pattern": p.get("pattern"), "name": p.get("name_ru"), "level": p.get("level"),
+                   "explanation": str(p.get("explanation_ru") or "")[:MODEL_TEXT_CHARS] or None,
+                   "examples": list(p.get("examples", []))[:2]}),
+    "document": _Renderer(
+        frozenset({"content"}),
+        lambda p, long: (_joined(": ", p.get("topic"), p.get("subtopic") or p.get("title")) if long
+                         else str(p.get("subtopic") or p.get("title") or "")),
+        lambda p: f"{p.get('topic', '')}: {p.get('subtopic', '')}. {p.get('content', '')}".strip(),
+        _document_compact),
+    "passage": _Renderer(
+        frozenset(),
+        lambda p, long: (_joined(": ", p.get("topic"), p.get("subtopic") or p.get("title")) if long
+                         else str(p.get("title") or "")),
+        lambda p: f"{p.get('title', '')} {p.get('text', '')}".strip(),
+        lambda p: {"title": p.get("title"), "text": str(p.get("text", ""))[:MODEL_TEXT_CHARS]}),
+    "generic": _Renderer(
+        frozenset(),
+        lambda p, long: next((str(v) for k, v in p.items() if isinstance(v, str) and k != "kind"), "")[:120],
+        _generic_text,
+        lambda p: {"text": _generic_text(p)[:MODEL_TEXT_CHARS]}),
+}
 
 
 def _joined(sep: str, *parts: Any) -> str:
@@ -84,33 +148,6 @@ def fit(text: str, width: int) -> str:
                 kept += ch
         text = kept + "…"
     return text + " " * (width - display_width(text))
-
-
-def payload_text(payload: dict[str, Any]) -> str:
-    """The payload as one readable text (what a reranker or an agent reads)."""
-    kind = payload_kind(payload)
-    if kind == "grammar":
-        examples = " ".join(f"{e.get('ko', '')} — {e.get('ru', '')}" for e in payload.get("examples", []))
-        return f"{payload['pattern']} — {payload.get('name_ru', '')}. {payload.get('explanation_ru', '')} {examples}".strip()
-    if kind == "document":
-        return f"{payload.get('topic', '')}: {payload.get('subtopic', '')}. {payload['content']}".strip()
-    return f"{payload.get('title', '')} {payload.get('text', '')}".strip()
-
-
-def compact_payload(doc_id: str, payload: dict[str, Any]) -> dict[str, Any]:
-    """What the model sees of one result: readable fields and the id, never vectors."""
-    kind = payload_kind(payload)
-    if kind == "grammar":
-        return {
-            "id": doc_id, "pattern": payload.get("pattern"), "name": payload.get("name_ru"), "level": payload.get("level"),
-            "explanation": str(payload.get("explanation_ru") or "")[:MODEL_TEXT_CHARS] or None,
-            "examples": list(payload.get("examples", []))[:2],
-        }
-    if kind == "document":
-        content = str(payload.get("content", ""))
-        return {"id": doc_id, "topic": payload.get("topic"), "subtopic": payload.get("subtopic"),
-                "content": content[:MODEL_TEXT_CHARS] + ("…" if len(content) > MODEL_TEXT_CHARS else "")}
-    return {"id": doc_id, "title": payload.get("title"), "text": str(payload.get("text", ""))[:MODEL_TEXT_CHARS]}
 
 
 def distinct_entries(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
