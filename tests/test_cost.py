@@ -271,11 +271,11 @@ async def test_agent_tool_call_recordings_replay_through_the_tools_path() -> Non
     searched: list = []
 
     class Recorder:
-        async def search(self, collection, query, **options):  # what the tool sends the retriever
-            searched.append(SearchRequest(collection=collection, text=query, **options))
+        async def execute(self, request):  # what the tool sends the retriever
+            searched.append(request)
             from hyde_tutor.hyde import HydeResult
 
-            return HydeResult(query, collection, [], True, None)
+            return HydeResult(request.text, request.collection, [], True, None)
 
         policy = type("P", (), {"enabled": True})()
         retriever = type("R", (), {"settings": Settings().retrieval, "schemas": {}})()

@@ -67,13 +67,13 @@ async def test_retrieve_first_searches_a_follow_up_with_the_previous_question(re
 
     seen: list[tuple] = []
     hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
-    real = hr.search
+    real = hr.execute
 
-    async def spy(collection, query, **options):
-        seen.append((query, options.get("history", ())))
-        return await real(collection, query, **options)
+    async def spy(request):
+        seen.append((request.text, request.history))
+        return await real(request)
 
-    hr.search = spy  # type: ignore[method-assign]
+    hr.execute = spy  # type: ignore[method-assign]
     agent = Agent(FunctionModel(lambda m, i: ModelResponse(parts=[TextPart("ok")])), deps_type=TutorDeps,
                   capabilities=[RetrieveFirst(docs_collection=None)])
     deps = TutorDeps(retriever=hr)
@@ -123,9 +123,9 @@ async def test_the_follow_up_agent_calls_replay_with_their_conversation() -> Non
     searched: list[SearchRequest] = []
 
     class Recorder:
-        async def search(self, collection, query, **options):
-            searched.append(SearchRequest(collection=collection, text=query, **options))
-            return HydeResult(query, collection, [], True, None)
+        async def execute(self, request):
+            searched.append(request)
+            return HydeResult(request.text, request.collection, [], True, None)
 
         policy = type("P", (), {"enabled": True})()
         retriever = type("R", (), {"settings": __import__("hyde_tutor.config", fromlist=["Settings"]).Settings().retrieval,
@@ -161,7 +161,8 @@ def test_the_condensed_arm_searches_the_models_standalone_question_and_falls_bac
                EvalQuery("q2", "сломай меня", "g", history=HISTORY), EvalQuery("q3", "Как сказать «могу»?", "g")]
     with CondensedArm(retriever, "grammar", 3, condenser) as arm:
         ranked = arm(queries)
-    assert "Ученик: Как сказать, что я хочу поехать в Корею?" in seen[0] and "А в прошедшем?" in seen[0]
+    asked = next(user for user in seen if "А в прошедшем?" in user)
+    assert "Ученик: Как сказать, что я хочу поехать в Корею?" in asked
     assert len(seen) == 2  # a query without a history is searched as it is: no call
     assert arm.rewrites == {"А в прошедшем?": "Как сказать, что я хотел поехать, 먹고 싶었어요?", "сломай меня": None}
     assert arm.fallbacks() == {"rewrite_failed": 1} and ranked[0] and ranked[1] and ranked[2]

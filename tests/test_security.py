@@ -176,7 +176,7 @@ class _Boom:
         self.retriever = inner.retriever
         self.policy = inner.policy
 
-    async def search(self, *a, **k):
+    async def execute(self, *a, **k):
         raise TypeError("NoneType object is not subscriptable (a bug deep in a store)")
 
 

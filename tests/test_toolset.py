@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hyde_tutor.hyde.request import SearchRequest
+
 import asyncio
 import json
 import re
@@ -68,13 +70,13 @@ def test_agent_calls_grammar_search_and_answers_from_it(hyde_retriever, capfire)
     agent = Agent(_tool_then_answer({"query": "хотеть 가고 싶어요", "use_hyde": True}, seen),
                   deps_type=TutorDeps, toolsets=[HydeSearchToolset()])
     spy_calls: list = []
-    original = hyde_retriever.search
+    original = hyde_retriever.execute
 
-    async def spy(collection, query, **kw):
-        spy_calls.append((collection, query, kw))
-        return await original(collection, query, **kw)
+    async def spy(request):
+        spy_calls.append(request)
+        return await original(request)
 
-    hyde_retriever.search = spy  # type: ignore[method-assign]
+    hyde_retriever.execute = spy  # type: ignore[method-assign]
     # explicit_wins: the debugging option under which the model's use_hyde beats the subject's raw arm
     # (the default, where the arm decides, is tested in test_ab_integrity.py)
     experiment = Experiment(hyde_share=0.0, explicit_wins=True)
@@ -82,8 +84,8 @@ def test_agent_calls_grammar_search_and_answers_from_it(hyde_retriever, capfire)
     result = agent.run_sync("Как сказать, что я хочу?", deps=deps)
 
     assert result.output == "Ответ: используйте -고 싶다"
-    assert spy_calls == [("grammar", "хотеть 가고 싶어요", {"top_k": 5, "use_hyde": True, "rerank_candidates": None,
-                                                           "use_questions": False, "domain": "grammar"})]
+    assert spy_calls == [SearchRequest(collection="grammar", text="хотеть 가고 싶어요", top_k=5, use_hyde=True,
+                                       rerank_candidates=None, use_questions=False, domain="grammar")]
     tool_result = seen[0].content
     assert tool_result["used_hyde"] is True and tool_result["results"][0]["id"] == "g1"
     assert "vector" not in json.dumps(tool_result)

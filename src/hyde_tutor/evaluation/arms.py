@@ -11,6 +11,7 @@ from typing import Any
 
 from ..hyde import FusionMode, HydeRetriever
 from ..hyde.conversation import Condenser, context_query
+from ..hyde.request import SearchRequest
 from ..retrieval.retriever import Retriever, SearchMode
 
 ArmRun = Callable[[Sequence[str]], list[list[str]]]
@@ -154,10 +155,10 @@ class HydeArm:
 
             async def one(text: str, history: tuple[tuple[str, str], ...]) -> Any:
                 async with gate:
-                    return await self.hr.search(
-                        self.collection, text, top_k=self.k, use_hyde=arm.use_hyde, n_hypotheses=self.n,
+                    return await self.hr.execute(SearchRequest(
+                        collection=self.collection, text=text, top_k=self.k, use_hyde=arm.use_hyde, n_hypotheses=self.n,
                         fusion=self.fusion, include_raw=arm.include_raw, use_questions=arm.use_questions,
-                        history=history)
+                        history=history))
 
             return list(await asyncio.gather(*(one(t, h) for t, h in pairs)))
 

@@ -34,6 +34,7 @@ from ..errors import (
 from .experiment import Experiment, ReloadableExperiment, decide
 from ..hyde import HydeResult, HydeRetriever, RetrievedDoc
 from ..hyde.hypotheses import Domain
+from ..hyde.request import SearchRequest
 from .monitor import Monitor, RetrievalRecord
 from ..llm.prompts import load_prompt
 from ..corpus.rendering import REFERENCE_NOTE, compact_payload
@@ -159,12 +160,10 @@ async def _search(
     record = RetrievalRecord(decision.experiment, decision.arm, decision.use_hyde, decision.reason, tool, collection,
                              subject=deps.subject_id, requested_hyde=decision.requested, overridden=decision.overridden)
     try:
-        agent: dict[str, Any] = {"agent_hypothesis": hypothesis} if hypothesis is not None else {}
-        if history:
-            agent["history"] = history
-        result = await deps.retriever.search(collection, text, top_k=k, use_hyde=decision.use_hyde,
-                                             rerank_candidates=rerank, use_questions=decision.use_questions,
-                                             domain=_tool_domain(tool), **agent)
+        request = SearchRequest(collection=collection, text=text, top_k=k, use_hyde=decision.use_hyde,
+                                rerank_candidates=rerank, use_questions=decision.use_questions,
+                                domain=_tool_domain(tool), agent_hypothesis=hypothesis, history=tuple(history or ()))
+        result = await deps.retriever.execute(request)
         _fill(record, result)
         schema = deps.retriever.retriever.schemas.get(collection)
         compact = [schema.compact(d.id, d.payload) if schema else compact_result(d) for d in result.results]
