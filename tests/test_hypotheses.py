@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from hyde_tutor.llm.generation import CallOptions
+
 import asyncio
 import time
 from pathlib import Path
@@ -194,7 +196,8 @@ async def test_streamed_generation_returns_text_and_usage() -> None:
             yield piece
 
     settings = HydeSettings(n_hypotheses=1, hypothesis_length=200, min_hangul_chars=0)
-    gen = HypothesisGenerator(FunctionModel(stream_function=stream), "fake", "grammar", hyde=settings, stream=True)
+    gen = HypothesisGenerator(FunctionModel(stream_function=stream), "fake", "grammar", hyde=settings,
+                              options=CallOptions(stream=True))
     result = await gen.generate("Как сказать, что я хочу?")
     assert [h.text for h in result.hypotheses] == ["Конструкция: -고 싶다. Пример: 가고 싶어요."]
     assert result.usage.requests == 1 and result.usage.output_tokens > 0
@@ -214,7 +217,8 @@ async def test_a_timeout_closes_the_stream_instead_of_leaving_it_running() -> No
             events.append("closed")
 
     settings = HydeSettings(n_hypotheses=1, hypothesis_length=200, min_hangul_chars=0)
-    gen = HypothesisGenerator(FunctionModel(stream_function=endless), "fake", "grammar", hyde=settings, stream=True)
+    gen = HypothesisGenerator(FunctionModel(stream_function=endless), "fake", "grammar", hyde=settings,
+                              options=CallOptions(stream=True))
 
     async def run() -> tuple:
         result = await gen.generate("вопрос", timeout_s=0.3)

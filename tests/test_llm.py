@@ -11,7 +11,8 @@ import pytest
 from hyde_tutor.config import HydeSettings, LLMSettings, Settings
 from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
 from hyde_tutor.llm.backends import LLMUnavailableError, LocalLlamaServer, make_llm, resolve_provider
-from hyde_tutor.llm.server import resolve_gguf, smollm2_path
+from hyde_tutor.llm.generation import CallOptions
+from hyde_tutor.llm.server import LoopGates, resolve_gguf, smollm2_path
 
 
 async def test_llama_cpp_engine_smoke_with_smollm2(isolated_env: Path) -> None:
@@ -20,7 +21,8 @@ async def test_llama_cpp_engine_smoke_with_smollm2(isolated_env: Path) -> None:
     try:
         assert backend.kind == "local" and backend.name.startswith("local:SmolLM2")
         gen = HypothesisGenerator(backend.model, backend.name, "grammar", cache=MemoryCache(),
-                                  hyde=HydeSettings(timeout_s=120, min_hangul_chars=0), llm=settings.llm, extra_settings=backend.extra_settings)
+                                  hyde=HydeSettings(timeout_s=120, min_hangul_chars=0), llm=settings.llm,
+                                  options=CallOptions(backend.extra_settings))
         result = await gen.generate("Как сказать, что я хочу поехать в Пусан?", n=1)
         assert result.failure_reason is None, result.errors
         assert result.hypotheses[0].text.strip()
@@ -40,8 +42,8 @@ async def test_a_timed_out_local_call_stops_the_server_generating(isolated_env: 
     try:
         assert backend.stream and backend.max_concurrency == 1
         gen = HypothesisGenerator(backend.model, backend.name, "grammar", cache=MemoryCache(), llm=settings.llm,
-                                  hyde=HydeSettings(min_hangul_chars=0), extra_settings=backend.extra_settings,
-                                  max_concurrency=1, stream=backend.stream)
+                                  hyde=HydeSettings(min_hangul_chars=0),
+                                  options=CallOptions(backend.extra_settings, LoopGates(1), backend.stream))
         result = await gen.generate("Как сказать, что я хочу поехать в Пусан?", n=1, timeout_s=0.5)
         assert result.failure_reason == "timeout"
         assert backend.server is not None and backend.server.log_path is not None
@@ -128,8 +130,8 @@ async def test_a_streamed_text_call_joins_the_chunks_and_an_empty_reply_is_empty
         for piece in ("Конструкция: ", "-고 ", "싶다"):
             yield piece
 
-    streamed = await generate_text(text_call(FunctionModel(stream_function=stream), "", LLMSettings(), 50),
-                                   "q", timeout_s=5, stream=True)
+    streamed = await generate_text(text_call(FunctionModel(stream_function=stream), "", LLMSettings(), 50,
+                                             CallOptions(stream=True)), "q", timeout_s=5)
     assert streamed.text == "Конструкция: -고 싶다" and streamed.usage.output_tokens > 0
     empty = await generate_text(text_call(FunctionModel(lambda m, i: ModelResponse(parts=[])), "", LLMSettings(), 50),
                                 "q", timeout_s=5)

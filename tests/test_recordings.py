@@ -187,7 +187,7 @@ def test_bundled_recordings_replay_the_same_through_an_openai_compatible_server(
     def hypotheses(settings: Settings) -> list[str]:
         backend = make_llm(settings)
         gen = HypothesisGenerator(backend.model, backend.name, "grammar", hyde=settings.hyde, llm=settings.llm,
-                                  extra_settings=backend.extra_settings)
+                                  options=backend.call_options)
         result = asyncio.run(gen.generate(query, 4))
         assert result.failure_reason is None
         return [h.text for h in result.hypotheses]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import LLMSettings
-from ..llm.generation import TokenUsage, generate_text, text_call
+from ..llm.generation import CallOptions, TokenUsage, generate_text, text_call
 from ..llm.prompts import load_prompt
 from ..llm.recordings import render_condense_request
 
@@ -48,18 +48,15 @@ class Condenser:
     """
 
     def __init__(self, model: Any, model_name: str, *, llm: LLMSettings | None = None,
-                 extra_settings: dict[str, Any] | None = None, stream: bool = False, gates: Any = None,
-                 max_tokens: int = 96, counter: Any = None) -> None:
+                 options: CallOptions | None = None, max_tokens: int = 96) -> None:
         self.model_name = model_name
         self.prompt = load_prompt("condense")
         self.request = load_prompt("condense_request")
-        self.stream, self.gates, self.counter = stream, gates, counter
-        self.call = text_call(model, self.prompt.text, llm or LLMSettings(), max_tokens, extra_settings)
+        self.call = text_call(model, self.prompt.text, llm or LLMSettings(), max_tokens, options)
 
     @classmethod
     def for_backend(cls, backend: Any, llm: LLMSettings) -> Condenser:
-        return cls(backend.model, backend.name, llm=llm, extra_settings=backend.extra_settings, stream=backend.stream,
-                   gates=backend.gates, counter=backend.token_counter)
+        return cls(backend.model, backend.name, llm=llm, options=backend.call_options)
 
     @property
     def prompt_refs(self) -> tuple[str, str]:
@@ -72,8 +69,7 @@ class Condenser:
         """The standalone question (None: no history, a failed call, an empty or runaway reply) and its cost."""
         if not history:
             return Condensed(None)
-        out = await generate_text(self.call, self.user_prompt(history, text), timeout_s=timeout_s, stream=self.stream,
-                                  gate=self.gates.get() if self.gates is not None else None, counter=self.counter)
+        out = await generate_text(self.call, self.user_prompt(history, text), timeout_s=timeout_s)
         return Condensed(standalone_question(out.text or ""), out.usage, out.failure or out.error)
 
 

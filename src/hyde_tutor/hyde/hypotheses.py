@@ -18,13 +18,11 @@ from ..errors import HydeTutorError
 from .cache import HypothesisCache, MemoryCache, cache_key
 from .domains import (DOMAINS, HANGUL, Domain, DomainProfile, echoes_query, normalise_length, split_sections,
                       strip_prompt_echo)
-from ..llm.generation import Generation, TokenUsage, generate_text, text_call
+from ..llm.generation import CallOptions, Generation, TokenUsage, generate_text, text_call
 from ..llm.backends import LLMBackend
 from ..llm.prompts import Perspective, Prompt, load_prompt, parse_perspectives
 from ..llm.recordings import render_followup_request, render_hypothesis_request, render_multi_request, request_sha256
 from .conversation import render_conversation
-from ..llm.server import LoopGates
-from ..llm.tokens import TokenCounter
 
 MAX_HYPOTHESES = 8
 DEFAULT_HYPOTHESES = 1  # HydePolicy's default: chosen on recorded quality per LLM call
@@ -139,11 +137,7 @@ class HypothesisGenerator:
         cache: HypothesisCache | None = None,
         hyde: HydeSettings | None = None,
         llm: LLMSettings | None = None,
-        extra_settings: dict[str, Any] | None = None,
-        max_concurrency: int | None = None,
-        stream: bool = False,
-        counter: TokenCounter | None = None,
-        gates: LoopGates | None = None,
+        options: CallOptions | None = None,
     ) -> None:
         if domain not in DOMAINS:
             raise HydeTutorError(f"Unknown HyDE domain {domain!r}; choose one of {', '.join(DOMAINS)}.")
@@ -158,25 +152,25 @@ class HypothesisGenerator:
         self.hyde = hyde or HydeSettings()
         self.min_hangul_chars = min_hangul(self.profile, self.hyde)
         llm = llm or LLMSettings()
-        # A single-slot backend (the embedded llama.cpp server) serves one request at a time: queue here,
-        # so the timeout measures the model's work and not the wait in the server's queue.
-        self.max_concurrency = max_concurrency
-        self.stream = stream  # see generation.run_text: lets a timeout stop the embedded server's generation
-        self.counter = counter  # counts each call's tokens offline (replay, embedded server)
         self.max_tokens = llm.max_tokens
         self._multi_request: Prompt | None = None
         self._followup_request: Prompt | None = None
-        self.gates = gates if gates is not None else (LoopGates(max_concurrency) if max_concurrency else None)
-        self.call = text_call(model, self.prompt.text, llm, llm.max_tokens, extra_settings)
+        # ``options``: how the backend is called (CallOptions): a single-slot backend (the embedded llama.cpp
+        # server) has ONE gate for every caller, waited at outside the timeout, streaming and offline counting
+        self.call = text_call(model, self.prompt.text, llm, llm.max_tokens, options)
+
+    @property
+    def max_concurrency(self) -> int | None:
+        """Generations in flight at once: the backend gate's size, or None (no gate)."""
+        gates = self.call.options.gates
+        return gates.size if gates is not None else None
 
     @classmethod
     def for_backend(cls, backend: LLMBackend, domain: Domain, *, hyde: HydeSettings, llm: LLMSettings,
                     cache: HypothesisCache | None = None) -> HypothesisGenerator:
         """A generator on ``backend`` with what that backend needs: its model settings (the token budget in
         the body), its concurrency gate (the single-slot embedded server) and streaming."""
-        return cls(backend.model, backend.name, domain, cache=cache, hyde=hyde, llm=llm,
-                   extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency, stream=backend.stream,
-                   counter=backend.token_counter, gates=backend.gates)
+        return cls(backend.model, backend.name, domain, cache=cache, hyde=hyde, llm=llm, options=backend.call_options)
 
     @property
     def prompt_ref(self) -> str:
@@ -239,8 +233,7 @@ class HypothesisGenerator:
         reply = await self._cache_get(key)
         cached = reply is not None
         out = Generation(reply) if cached else await generate_text(
-            self.call, user, timeout_s=timeout, stream=self.stream, gate=self._gate(), counter=self.counter,
-            max_tokens=self.max_tokens * n)
+            self.call, user, timeout_s=timeout, max_tokens=self.max_tokens * n)
         result = GenerationResult(usage=out.usage)
         if not result.count_failure(out, names) and out.text is not None:
             if not cached and out.text.strip():
@@ -271,7 +264,7 @@ class HypothesisGenerator:
     def _gate(self) -> asyncio.Semaphore | None:
         """This event loop's gate for a single-slot backend (shared by every generator on the same embedded
         server); None when calls need no gate."""
-        return self.gates.get() if self.gates is not None else None
+        return self.call.options.gate()
 
     async def _cache_get(self, key: str) -> str | None:
         try:
@@ -300,8 +293,7 @@ class HypothesisGenerator:
         cached = await self._cache_get(key)
         if cached is not None:
             return Generation(cached), True
-        out = await generate_text(self.call, user, timeout_s=timeout, stream=self.stream, gate=self._gate(),
-                                  counter=self.counter)
+        out = await generate_text(self.call, user, timeout_s=timeout)
         if out.text and out.text.strip():
             await self._cache_set(key, out.text)
         return out, False

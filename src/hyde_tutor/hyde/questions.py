@@ -25,10 +25,9 @@ from tqdm import tqdm
 
 from ..config import LLMSettings, QuestionSettings, Settings
 from ..corpus.documents import Document
-from ..llm.generation import generate_text, text_call
+from ..llm.generation import CallOptions, generate_text, text_call
 from ..corpus.ingest import MAX_QUESTIONS
 from ..llm.backends import LLMBackend, make_llm
-from ..llm.server import LoopGates
 from ..llm.prompts import Prompt, load_prompt
 from ..llm.recordings import render_questions_request
 
@@ -140,30 +139,26 @@ class QuestionGenerator:
         llm: LLMSettings | None = None,
         prompt: Prompt | None = None,
         request: Prompt | None = None,
-        extra_settings: dict[str, Any] | None = None,
+        options: CallOptions | None = None,
         max_concurrency: int | None = None,
-        stream: bool = False,
-        gates: LoopGates | None = None,
     ) -> None:
         self.model_name = model_name
-        self.stream = stream  # see generation.run_text
         self.settings = settings or QuestionSettings()
         self.prompt = prompt or load_prompt("questions")
         self.request = request or load_prompt("questions_request")
         self.cache = cache
-        self.max_concurrency = max_concurrency or self.settings.concurrency
-        """Generations in flight at once."""
-        self.gates = gates
-        """The backend's shared gate (the embedded server: one request at a time for every caller); None: a
-        gate of ``max_concurrency`` per run."""
-        self.call = text_call(model, self.prompt.text, llm or LLMSettings(), self.settings.max_tokens, extra_settings)
+        options = options or CallOptions()
+        self.max_concurrency = options.gates.size if options.gates is not None else (
+            max_concurrency or self.settings.concurrency)
+        """Generations in flight at once: the backend's gate (the embedded server: one request at a time for
+        every caller), else a gate of this size per run."""
+        self.call = text_call(model, self.prompt.text, llm or LLMSettings(), self.settings.max_tokens, options)
 
     @classmethod
     def for_backend(cls, backend: LLMBackend, settings: Settings, *, cache: QuestionCache | None = None) -> QuestionGenerator:
         """A generator on ``backend`` with its model settings, concurrency gate and streaming."""
         return cls(backend.model, backend.name, cache=cache, settings=settings.questions, llm=settings.llm,
-                   extra_settings=backend.extra_settings, max_concurrency=backend.max_concurrency, stream=backend.stream,
-                   gates=backend.gates)
+                   options=backend.call_options)
 
     @property
     def prompt_ref(self) -> str:
@@ -189,7 +184,7 @@ class QuestionGenerator:
         k = max(1, min(k or self.settings.k, MAX_QUESTIONS))
         run = QuestionRun()
         started = time.perf_counter()
-        gate = self.gates.get() if self.gates is not None else asyncio.Semaphore(self.max_concurrency)
+        gate = self.call.options.gate() or asyncio.Semaphore(self.max_concurrency)
         with tqdm(total=len(documents), desc="questions", unit="doc", disable=not progress) as bar:
 
             async def one(doc: Document) -> None:
@@ -207,7 +202,7 @@ class QuestionGenerator:
             if cached:
                 return DocumentQuestions(doc.id, cached, cached=True)
         out = await generate_text(self.call, self.user_prompt(doc, k), timeout_s=self.settings.timeout_s,
-                                  stream=self.stream, gate=gate)
+                                  gate=gate)
         if out.failure is not None:
             return DocumentQuestions(doc.id, failure=f"llm_error: {out.error}" if out.error else out.failure)
         questions = parse_questions(out.text or "", k)

@@ -25,6 +25,7 @@ from ..config import LLMSettings, Settings, redact_url
 from ..errors import LLMUnavailableError
 from .server import (QWEN_FILE, QWEN_PARTS, LlamaCppCompatTransport, LocalLlamaServer, LoopGates, gated_model,
                      local_server, release_local_server)
+from .generation import CallOptions
 from .tokens import TokenCounter, gguf_counter, qwen_counter
 
 __all__ = ["LLMBackend", "LLMUnavailableError", "LocalLlamaServer", "describe_backend", "make_llm",
@@ -50,6 +51,11 @@ class LLMBackend:
     """The HTTP client this backend made (the embedded server's); closed with the backend."""
     _released: bool = field(default=False, init=False, repr=False)
     _agent_model: Any = field(default=None, init=False, repr=False)
+
+    @property
+    def call_options(self) -> CallOptions:
+        """How generators call this backend: its model settings, its gate, streaming, token counting."""
+        return CallOptions(self.extra_settings or None, self.gates, self.stream, self.token_counter)
 
     @property
     def agent_model(self) -> Any:
@@ -199,21 +205,6 @@ def describe_backend(settings: Settings) -> str:
     if provider == "replay":
         return f"replay (recorded generations from {llm.recordings or 'data/recordings/'}; not a live model)"
     return f"local ({llm.local_model}, embedded llama.cpp, offline)"
-
-
-def agent_model_settings(llm: LLMSettings, max_tokens: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Model settings for a generator agent: temperature, seed, ``max_tokens`` and the backend's extras.
-
-    A compatible server reads the token budget from the request body (``_compat_settings``), so the
-    body's ``max_tokens`` follows ``max_tokens`` too.
-    """
-    settings: dict[str, Any] = {"temperature": llm.temperature, "max_tokens": max_tokens}
-    if llm.seed is not None:
-        settings["seed"] = llm.seed
-    settings.update(extra or {})
-    if "extra_body" in settings:
-        settings["extra_body"] = {**settings["extra_body"], "max_tokens": max_tokens}
-    return settings
 
 
 def _compat_settings(llm: LLMSettings) -> dict[str, Any]:

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..config import LLMSettings
-from .backends import agent_model_settings
 from .recordings import NotRecordedError
 from .tokens import TokenCounter
 
@@ -55,6 +54,22 @@ class Generation:
     usage: TokenUsage = field(default_factory=TokenUsage)
 
 
+def agent_model_settings(llm: LLMSettings, max_tokens: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Model settings for a generator agent: temperature, seed, ``max_tokens`` and the backend's extras.
+
+    A compatible server reads the token budget from the request body (``_compat_settings``), so the
+    body's ``max_tokens`` follows ``max_tokens`` too.
+    """
+    settings: dict[str, Any] = {"temperature": llm.temperature, "max_tokens": max_tokens}
+    if llm.seed is not None:
+        settings["seed"] = llm.seed
+    settings.update(extra or {})
+    if "extra_body" in settings:
+        settings["extra_body"] = {**settings["extra_body"], "max_tokens": max_tokens}
+    return settings
+
+
+
 @dataclass(frozen=True, slots=True)
 class TextCall:
     """One text request to a model: fixed instructions and one user message in, plain text out.
@@ -69,32 +84,57 @@ class TextCall:
     model: Any
     instructions: str
     model_settings: dict[str, Any]
+    options: CallOptions = field(default_factory=lambda: CallOptions())
 
-    async def run(self, prompt: str, *, stream: bool = False, max_tokens: int | None = None) -> TextRun:
+    async def run(self, prompt: str, *, max_tokens: int | None = None) -> TextRun:
         """Send ``prompt``; ``max_tokens`` overrides the budget for this call (see :func:`run_text`)."""
         settings = self.model_settings if max_tokens is None else _budget(self.model_settings, max_tokens)
-        return await run_text(self, prompt, stream=stream, model_settings=settings)
+        return await run_text(self, prompt, stream=self.options.stream, model_settings=settings)
+
+
+@dataclass(frozen=True, slots=True)
+class CallOptions:
+    """How calls to one backend are made, the same for every generator on it (hypotheses, questions, the
+    condenser): :attr:`LLMBackend.call_options <hyde_tutor.llm.LLMBackend.call_options>` gives a backend's."""
+
+    extra_settings: dict[str, Any] | None = None
+    """Model settings the backend needs (a compatible server's token budget in the body)."""
+    gates: Any = None
+    """A :class:`~hyde_tutor.llm.server.LoopGates`: the single-slot embedded server's one gate; None: no gate."""
+    stream: bool = False
+    """Read answers as a stream, so a timed-out call stops the embedded server's generation."""
+    counter: TokenCounter | None = None
+    """Counts tokens offline where responses' figures are missing or estimates (replay, the embedded model)."""
+
+    def gate(self) -> Any:
+        """This event loop's gate, or None."""
+        return self.gates.get() if self.gates is not None else None
 
 
 def text_call(model: Any, instructions: str, llm: LLMSettings, max_tokens: int,
-              extra_settings: dict[str, Any] | None = None) -> TextCall:
+              options: CallOptions | None = None) -> TextCall:
     """A :class:`TextCall` that answers ``instructions`` + one user message with plain text."""
     from pydantic_ai.models import infer_model
 
-    return TextCall(infer_model(model), instructions, agent_model_settings(llm, max_tokens, extra_settings))
+    options = options or CallOptions()
+    return TextCall(infer_model(model), instructions, agent_model_settings(llm, max_tokens, options.extra_settings),
+                    options)
 
 
-async def generate_text(call: TextCall, user: str, *, timeout_s: float, stream: bool = False,
-                        gate: Any = None, counter: TokenCounter | None = None, max_tokens: int | None = None) -> Generation:
-    """Send ``user`` through ``call`` once inside ``gate`` (a semaphore, or none) and ``timeout_s``.
+async def generate_text(call: TextCall, user: str, *, timeout_s: float, gate: Any = None,
+                        max_tokens: int | None = None) -> Generation:
+    """Send ``user`` through ``call`` once, after waiting at the call's gate (or ``gate``, when given) and
+    within ``timeout_s`` (the wait at the gate does not count: the timeout measures the model's work).
 
-    ``stream`` lets a timeout stop the embedded server's generation (see :func:`run_text`). ``counter``
-    counts the call's tokens offline (the call's instructions + ``user``, and the reply) instead of trusting
-    the response's figures (replay, the embedded server). ``max_tokens`` overrides the call's budget.
+    A streamed call (``call.options.stream``) lets a timeout stop the embedded server's generation (see
+    :func:`run_text`). The call's ``counter`` counts its tokens offline (the instructions + ``user``, and the
+    reply) instead of trusting the response's figures. ``max_tokens`` overrides the call's budget.
     """
+    gate = gate if gate is not None else call.options.gate()
+    counter = call.options.counter
     try:
         async with gate if gate is not None else contextlib.nullcontext():
-            run = await asyncio.wait_for(call.run(user, stream=stream, max_tokens=max_tokens), timeout_s)
+            run = await asyncio.wait_for(call.run(user, max_tokens=max_tokens), timeout_s)
     except (asyncio.TimeoutError, TimeoutError):
         return Generation(failure="timeout")
     except NotRecordedError:  # the replay provider: counted apart from real LLM failures

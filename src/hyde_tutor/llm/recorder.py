@@ -79,7 +79,7 @@ async def _record_jobs(jobs: Sequence[tuple[str, str, Any]], generator: Any, mak
     with tqdm(total=len(jobs), desc="record", unit="gen", disable=not progress) as bar:
 
         async def one(label: str, user: str, job: Any) -> None:
-            out = await generate_text(generator.call, user, timeout_s=timeout_s, stream=generator.stream, gate=gate)
+            out = await generate_text(generator.call, user, timeout_s=timeout_s, gate=gate)
             if out.failure == "timeout":
                 report.failed.append(f"{label}: timeout after {timeout_s:.0f} s")
             elif out.failure is not None:  # one failed generation must not stop a long recording
