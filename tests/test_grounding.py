@@ -51,6 +51,21 @@ def test_a_weak_structured_answer_still_names_the_entry_and_gives_korean() -> No
     assert "Присоединяется к основе глагола." in text and "주말에 부산에 가고 싶어요." in text
 
 
+def test_a_korean_sentence_not_built_on_the_chosen_entry_is_not_shown() -> None:
+    """The 1.5B model wrote «그러니까 가야해요» ("so I have to go") for 을/를, -았/었었- and -(으)려고 하다 alike in
+    one transcript; shown as «По-корейски: …» it taught a sentence the entry does not explain."""
+    objects = {"id": "g-d15", "pattern": "을/를", "name": "частица прямого дополнения",
+               "examples": [{"ko": "커피를 마셔요.", "ru": "Я пью кофе."}]}
+    explanation = "Частица отмечает прямое дополнение: после согласной 을, после гласной 를."
+    bogus = render_answer(GroundedAnswer(entry=1, korean="그러니까 가야해요", explanation=explanation), [objects])
+    assert "그러니까" not in bogus and "커피를 마셔요." in bogus  # the entry's own example stays
+    fitting = render_answer(GroundedAnswer(entry=1, korean="저는 부산을 좋아해요.", explanation=explanation), [objects])
+    assert "По-корейски: 저는 부산을 좋아해요." in fitting
+    contracted = render_answer(GroundedAnswer(entry=2, korean="기차를 놓칠 뻔했어요.", explanation=explanation),
+                               [WANT, ALMOST])
+    assert "По-корейски: 기차를 놓칠 뻔했어요." in contracted
+
+
 def test_html_entities_in_a_reply_are_unescaped() -> None:
     text = render_answer(GroundedAnswer(entry=1, korean="&#34;가고 싶어요.&#34;", explanation="x"), [WANT])
     assert '"가고 싶어요."' in text and "&#34;" not in text
@@ -112,7 +127,8 @@ def test_a_search_first_chat_shows_the_entries_before_the_model_answers(retrieve
 
     def model(messages, info: AgentInfo):
         events.append("MODEL")
-        return ModelResponse(parts=[TextPart(json.dumps({"entry": 1, "korean": "가고 싶어요", "explanation": "x"}))])
+        return ModelResponse(parts=[TextPart(json.dumps({"entry": 1, "korean": "가고 싶어요, 갈 수 있어요",
+                                                         "explanation": "x"}))])
 
     agent = build_tutor_agent(FunctionModel(model), mode="retrieve-first", grounded=True)
     deps = TutorDeps(retriever=hr, monitor=Monitor())
@@ -121,7 +137,7 @@ def test_a_search_first_chat_shows_the_entries_before_the_model_answers(retrieve
     found = next(i for i, e in enumerate(events) if e.startswith("  найдено: "))
     assert found < events.index("MODEL")  # shown before the model was asked
     assert sum(e.startswith("  ← grammar_search") for e in events) == 1  # searched once, not again in the run
-    assert "По-корейски: 가고 싶어요" in events[-1]
+    assert "По-корейски: 가고 싶어요, 갈 수 있어요" in events[-1]
 
 
 def test_the_chat_streams_a_reply_and_reports_time_to_first_token(retriever) -> None:

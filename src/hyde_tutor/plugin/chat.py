@@ -118,8 +118,9 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
     first_token: float | None = None
     streaming = on_text is not None and agent.output_type is str
     try:
-        if streaming:
-            result, first_token = _run_streaming(agent, deps, question, history, max_requests, on_text)  # type: ignore[arg-type]
+        if on_text is not None:  # a structured answer streams too: not shown as it comes, but timed
+            result, first_token = _run_streaming(agent, deps, question, history, max_requests,
+                                                 on_text if streaming else None)
         else:
             result = _turn_loop().run_until_complete(agent.run(
                 question, deps=deps, message_history=list(history), usage_limits=UsageLimits(request_limit=max_requests)))
@@ -167,8 +168,9 @@ def _turn_loop() -> asyncio.AbstractEventLoop:
 
 
 def _run_streaming(agent: Agent[TutorDeps, Any], deps: TutorDeps, question: str, history: Sequence[ModelMessage],
-                   max_requests: int, on_text: Callable[[str], None]) -> tuple[Any, float | None]:
-    """The agent run with its text parts handed to ``on_text`` as they arrive; (result, first-token time)."""
+                   max_requests: int, on_text: Callable[[str], None] | None) -> tuple[Any, float | None]:
+    """The agent run with its text parts handed to ``on_text`` (when given) as they arrive; (result, the time
+    the model's first token arrived)."""
     from pydantic_ai.messages import PartDeltaEvent, PartStartEvent, TextPart, TextPartDelta
 
     first: list[float] = []
@@ -177,7 +179,8 @@ def _run_streaming(agent: Agent[TutorDeps, Any], deps: TutorDeps, question: str,
         if text:
             if not first:
                 first.append(time.perf_counter())
-            on_text(text)
+            if on_text is not None:
+                on_text(text)
 
     async def run() -> Any:
         async with agent.run_stream_events(question, deps=deps, message_history=list(history),

@@ -69,8 +69,8 @@ def render_answer(answer: GroundedAnswer, entries: Sequence[dict[str, Any]]) -> 
         return explanation or "В справочнике ничего не нашлось."
     e = found[answer.entry - 1] if 1 <= answer.entry <= len(found) else found[0]
     lines = [f"Подойдёт **{_name(e)}**."]
-    if len(HANGUL.findall(korean)) >= MIN_KOREAN_SYLLABLES:  # a sentence, not a stray particle
-        lines.append(f"По-корейски: {korean}")
+    if len(HANGUL.findall(korean)) >= MIN_KOREAN_SYLLABLES and uses_pattern(korean, str(e.get("pattern") or "")):
+        lines.append(f"По-корейски: {korean}")  # a sentence (not a stray particle) built on the chosen entry
     if len(CYRILLIC.findall(explanation)) >= max(10, len(explanation) // 3):
         lines.append(explanation)
     elif e.get("explanation"):
@@ -86,6 +86,15 @@ def render_answer(answer: GroundedAnswer, entries: Sequence[dict[str, Any]]) -> 
                         if isinstance(ex, dict) and ex.get("ko")), "")
         lines.append(f"См. также **{_name(top)}**.{example}")
     return "\n".join(lines)
+
+
+def uses_pattern(korean: str, pattern: str) -> bool:
+    """Whether a sentence can be built on ``pattern``: it shares a syllable with the pattern's own (its
+    dictionary ``다`` aside). The embedded model, asked for a sentence on the chosen entry, wrote
+    «그러니까 가야해요» for 을/를, -았/었었- and -(으)려고 하다 alike: such a line is not shown. Loose on
+    purpose (가서 passes for -아서/어서); a pattern with no syllable of its own (``-ㄹ``) always passes."""
+    own = set(re.findall("[가-힣]", pattern)) - {"다"}
+    return not own or any(syllable in korean for syllable in own)
 
 
 def _pattern_stems(pattern: str) -> list[str]:
