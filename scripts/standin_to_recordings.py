@@ -44,29 +44,33 @@ def main() -> None:
     args = ap.parse_args()
     profile = DOMAINS[args.domain]
     if args.one_call:
-        one_call(args, profile)
-        return
-    if args.followups:
-        followups(args, profile)
-        return
-    if args.condense:
-        condense(args)
-        return
-    system, request, persp = (load_prompt(profile.prompt), load_prompt(profile.request), load_prompt(profile.perspectives))
-    instructions = {p.name: p.instruction for p in parse_perspectives(persp.text)}
-    refs = (system.ref, request.ref, persp.ref)
+        records = one_call(args, profile)
+    elif args.followups:
+        records = followups(args, profile)
+    elif args.condense:
+        records = condense(args)
+    else:
+        records = single(args, profile)
     writer = RecordingWriter(args.out)
     added = 0
-    for row in _rows(args.answers):
-        query = row["query"].strip()
-        user = render_hypothesis_request(request, query, instructions[row["perspective"]])
-        rec = Recording(kind="hypothesis", domain=args.domain, query=query, perspective=row["perspective"],
-                        text=row["text"], model=MODEL_LABEL, prompt_refs=refs,
-                        prompt_sha256=request_sha256(system.text, user), created=utc_now())
-        if not writer.has(rec.key):
+    for rec in records:
+        if not writer.has(rec.key):  # a re-run adds only what is new
             writer.append(rec)
             added += 1
     print(f"{args.out}: {added} records added")
+
+
+def single(args: argparse.Namespace, profile: object) -> Iterator[Recording]:
+    """One hypothesis per answer: {id, query, perspective, text}."""
+    system, request, persp = (load_prompt(profile.prompt), load_prompt(profile.request),  # type: ignore[attr-defined]
+                              load_prompt(profile.perspectives))  # type: ignore[attr-defined]
+    instructions = {p.name: p.instruction for p in parse_perspectives(persp.text)}
+    for row in _rows(args.answers):
+        query = row["query"].strip()
+        user = render_hypothesis_request(request, query, instructions[row["perspective"]])
+        yield Recording(kind="hypothesis", domain=args.domain, query=query, perspective=row["perspective"],
+                        text=row["text"], model=MODEL_LABEL, prompt_refs=(system.ref, request.ref, persp.ref),
+                        prompt_sha256=request_sha256(system.text, user), created=utc_now())
 
 
 def _rows(paths: list[Path]) -> Iterator[dict]:
@@ -77,7 +81,7 @@ def _rows(paths: list[Path]) -> Iterator[dict]:
                 yield json.loads(line)
 
 
-def followups(args: argparse.Namespace, profile: object) -> None:
+def followups(args: argparse.Namespace, profile: object) -> Iterator[Recording]:
     from hyde_tutor.evaluation.beir import load_beir
     from hyde_tutor.hyde.conversation import render_conversation
     from hyde_tutor.llm.recordings import render_followup_request
@@ -86,22 +90,16 @@ def followups(args: argparse.Namespace, profile: object) -> None:
                               load_prompt(profile.perspectives))  # type: ignore[attr-defined]
     instructions = {p.name: p.instruction for p in parse_perspectives(persp.text)}
     queries = {q.id: q for q in load_beir(args.queries.parent).queries}
-    writer = RecordingWriter(args.out)
-    added = 0
     for row in _rows(args.answers):
         q = queries[row["id"]]
         conversation = render_conversation(q.history)
         user = render_followup_request(request, conversation, q.text.strip(), instructions[row["perspective"]])
-        rec = Recording(kind="hypothesis", domain=args.domain, query=q.text.strip(), perspective=row["perspective"],
+        yield Recording(kind="hypothesis", domain=args.domain, query=q.text.strip(), perspective=row["perspective"],
                         text=row["text"], model=MODEL_LABEL, prompt_refs=(system.ref, request.ref, persp.ref),
                         prompt_sha256=request_sha256(system.text, user), created=utc_now(), conversation=conversation)
-        if not writer.has(rec.key):
-            writer.append(rec)
-            added += 1
-    print(f"{args.out}: {added} records added")
 
 
-def condense(args: argparse.Namespace) -> None:
+def condense(args: argparse.Namespace) -> Iterator[Recording]:
     """Follow-ups rewritten as standalone questions (``prompts/condense.v<N>.md``): ``condense`` records."""
     from hyde_tutor.evaluation.beir import load_beir
     from hyde_tutor.hyde.conversation import render_conversation
@@ -109,39 +107,27 @@ def condense(args: argparse.Namespace) -> None:
 
     system, request = load_prompt("condense"), load_prompt("condense_request")
     queries = {q.id: q for q in load_beir(args.queries.parent).queries}
-    writer = RecordingWriter(args.out)
-    added = 0
     for row in _rows(args.answers):
         q = queries[row["id"]]
         conversation = render_conversation(q.history)
         user = render_condense_request(request, conversation, q.text.strip())
-        rec = Recording(kind="condense", query=q.text.strip(), perspective="standalone", text=row["text"],
+        yield Recording(kind="condense", query=q.text.strip(), perspective="standalone", text=row["text"],
                         model=MODEL_LABEL, prompt_refs=(system.ref, request.ref),
                         prompt_sha256=request_sha256(system.text, user), created=utc_now(), conversation=conversation)
-        if not writer.has(rec.key):
-            writer.append(rec)
-            added += 1
-    print(f"{args.out}: {added} records added")
 
 
-def one_call(args: argparse.Namespace, profile: object) -> None:
+def one_call(args: argparse.Namespace, profile: object) -> Iterator[Recording]:
     system, request, persp = (load_prompt(profile.prompt), load_prompt(profile.multi_request),  # type: ignore[attr-defined]
                               load_prompt(profile.perspectives))  # type: ignore[attr-defined]
     perspectives = parse_perspectives(persp.text)
     texts = {json.loads(l)["_id"]: json.loads(l)["text"] for l in args.queries.read_text(encoding="utf-8").splitlines()
              if l.strip()}
-    writer = RecordingWriter(args.out)
-    added = 0
     for row in _rows(args.answers):
         query, chosen = texts[row["id"]].strip(), perspectives[: int(row["n"])]
         user = render_multi_request(request, query, [p.instruction for p in chosen])
-        rec = Recording(kind="hypotheses", domain=args.domain, query=query, perspective="+".join(p.name for p in chosen),
+        yield Recording(kind="hypotheses", domain=args.domain, query=query, perspective="+".join(p.name for p in chosen),
                         text=row["text"], model=MODEL_LABEL, prompt_refs=(system.ref, request.ref, persp.ref),
                         prompt_sha256=request_sha256(system.text, user), created=utc_now())
-        if not writer.has(rec.key):
-            writer.append(rec)
-            added += 1
-    print(f"{args.out}: {added} records added")
 
 
 if __name__ == "__main__":
