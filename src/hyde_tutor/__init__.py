@@ -51,7 +51,7 @@ _EXPORTS: dict[str, str] = {
     "Monitor": ".plugin.monitor",
     "RetrievalRecord": ".plugin.monitor",
     "HydeSearchToolset": ".plugin.toolset",
-    "TutorDeps": ".plugin.toolset",
+    "TutorDeps": ".plugin.deps",
     "hyde_capability": ".plugin.toolset",
     "tutor_instructions": ".plugin.toolset",
     "HydeTutor": ".plugin.tutor",
@@ -177,7 +177,8 @@ if TYPE_CHECKING:  # the eager imports, for type checkers and IDEs
     from .hyde.hypotheses import HypothesisGenerator  # noqa: F401
     from .llm.backends import LLMBackend, make_llm  # noqa: F401
     from .plugin.monitor import Monitor, RetrievalRecord  # noqa: F401
-    from .plugin.toolset import HydeSearchToolset, TutorDeps, hyde_capability, tutor_instructions  # noqa: F401
+    from .plugin.deps import TutorDeps  # noqa: F401
+    from .plugin.toolset import HydeSearchToolset, hyde_capability, tutor_instructions  # noqa: F401
     from .plugin.tutor import HydeTutor, RetrieveFirst  # noqa: F401
     from .llm.recordings import NotRecordedError, Recording, RecordingBook, ReplayModel  # noqa: F401
     from .corpus.ingest import IngestReport, ingest_documents, ingest_file  # noqa: F401

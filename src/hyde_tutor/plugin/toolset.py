@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 from pydantic_ai import ModelRetry, RunContext, ToolReturn
@@ -23,22 +23,20 @@ from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.capabilities import Toolset
 from pydantic_ai.toolsets import FunctionToolset
 
-from ..errors import (
-    CollectionNotFoundError,
-    EmbedderMismatchError,
-    HydeTutorError,
-    QueryValidationError,
-    StoreLockedError,
-    StoreUnavailableError,
-)
-from .experiment import Experiment, ReloadableExperiment, decide
-from ..hyde import HydeResult, HydeRetriever, RetrievedDoc
+from ..errors import HydeTutorError, QueryValidationError
+from .deps import TutorDeps
+from .experiment import decide
+from .failures import tool_failure_message
+from ..hyde import HydeResult, RetrievedDoc
 from ..hyde.hypotheses import Domain
 from ..hyde.request import SearchRequest
 from .monitor import Monitor, RetrievalRecord
 from ..llm.prompts import load_prompt
 from ..corpus.rendering import REFERENCE_NOTE, compact_payload
 from ..retrieval.validation import validate_collection_name, validate_query, validate_top_k
+
+__all__ = ["HydeSearchToolset", "TutorDeps", "compact_result", "hyde_capability", "run_search", "search_for_context",
+           "search_with_deps", "tool_failure_message", "tutor_instructions"]
 
 _log = logging.getLogger("hyde_tutor")
 MAX_TOOL_TOP_K = 10
@@ -50,62 +48,6 @@ def _tool_domain(tool: str) -> Domain | None:
     """``ko_grammar_search`` -> ``grammar`` (prefixed tools keep their domain)."""
     return next((d for name, d in TOOL_DOMAINS.items() if tool.endswith(name)), None)
 MAX_RERANK_TOP_K = 50
-
-
-@dataclass
-class TutorDeps:
-    """Per-run dependencies of the search tools."""
-
-    retriever: HydeRetriever
-    experiment: Experiment | ReloadableExperiment | None = None
-    monitor: Monitor | None = None
-    subject_id: str | None = None
-    found: list[dict[str, Any]] = field(default_factory=list)
-    """Every entry the searches returned since :meth:`clear_found` (what the model was shown): a chat
-    turn whose model fails shows these to the learner instead of an error."""
-    unavailable: list[str] = field(default_factory=list)
-    """Why searches run on the model's behalf failed in this turn (retrieve-first says so instead of entries)."""
-    _found_by_question: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
-    _prefetched: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
-    _found_run: str | None = field(default=None, repr=False)
-
-    async def acurrent_experiment(self) -> Experiment | None:
-        """:meth:`current_experiment` without file I/O on the event loop."""
-        if isinstance(self.experiment, ReloadableExperiment):
-            return await self.experiment.acurrent()
-        return self.experiment
-
-    def current_experiment(self) -> Experiment | None:
-        if isinstance(self.experiment, ReloadableExperiment):
-            return self.experiment.current()
-        return self.experiment
-
-    def clear_found(self) -> None:
-        """Start a new turn: forget what earlier searches found."""
-        self.found.clear()
-        self.unavailable.clear()
-        self._found_by_question.clear()
-
-    def begin_run(self, run_id: str | None) -> None:
-        """A new agent run forgets what earlier runs found (deps may live across many runs)."""
-        if run_id is not None and run_id != self._found_run:
-            self.clear_found()
-            self._found_run = run_id
-
-    def found_for(self, question: str) -> list[dict[str, Any]] | None:
-        """What :class:`~hyde_tutor.retrieve_first.RetrieveFirst` already found for this question in this turn."""
-        return self._found_by_question.get(question)
-
-    def remember_found(self, question: str, entries: list[dict[str, Any]]) -> None:
-        self._found_by_question[question] = entries
-
-    def prefetch(self, question: str, entries: list[dict[str, Any]]) -> None:
-        """Entries searched for ``question`` before the agent run (the chat shows them at once); the run's
-        retrieve-first step takes them instead of searching again."""
-        self._prefetched[question] = entries
-
-    def take_prefetched(self, question: str) -> list[dict[str, Any]] | None:
-        return self._prefetched.pop(question, None)
 
 
 def compact_result(doc: RetrievedDoc) -> dict[str, Any]:
@@ -177,28 +119,6 @@ async def _search(
     deps.found.extend(compact)
     return {"note": REFERENCE_NOTE, "results": compact, "used_hyde": result.used_hyde,
             "fallback_reason": result.fallback_reason}, result
-
-
-def tool_failure_message(exc: BaseException, tool: str, collection: str) -> str:
-    """What the model is told when a search cannot run: what happened and what the operator can do, in
-    words, never the raw exception (which may carry file paths or engine internals)."""
-    if isinstance(exc, StoreLockedError):
-        why = "the search store is locked by another process"
-    elif isinstance(exc, CollectionNotFoundError):
-        why = f"the collection {collection!r} does not exist yet (the operator must run: hyde-tutor ingest " \
-              f"--collection {collection} --file PATH)"
-    elif isinstance(exc, EmbedderMismatchError):
-        why = (f"the collection {collection!r} was built with {exc.built_with}, not with the configured "
-               f"{exc.configured} (the operator must rebuild it with --recreate)")
-    elif isinstance(exc, StoreUnavailableError) and "deleted" in str(exc):
-        why = (f"the files of the collection {collection!r} were deleted (the operator must rebuild it: hyde-tutor "
-               f"ingest --collection {collection} --file PATH --recreate)")
-    elif isinstance(exc, StoreUnavailableError):
-        why = "the search store is unreachable or damaged"
-    else:
-        why = f"the search failed ({type(exc).__name__})"
-    return (f"{tool} is unavailable right now: {why}. Do not call it again in this turn; answer from your own "
-            f"knowledge and tell the learner that the reference search is unavailable.")
 
 
 async def search_for_context(deps: TutorDeps, tool: str, collection: str, query: str, top_k: int,
