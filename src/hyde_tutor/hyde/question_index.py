@@ -80,31 +80,39 @@ def ingest_questions(
     report.failed = {r.doc_id: r.failure or "" for r in run.failed}
     ready = [(d, run.results[d.id].questions) for d in todo if run.results[d.id].questions]
     if todo:  # `ready` is the part of `todo` that got questions
-        spec = _ensure_questions_collection(target, store, dense, sparse, [q for _, qs in ready for q in qs])
-        encoder = Bm25Encoder(sparse.analyzer, sparse.k1, sparse.b, spec.bm25_avg_len)
-        # Old questions of changed or failed documents go first: a stale question must never match.
-        store.delete_points(target, [question_point_id(d.id, i) for d in todo for i in range(MAX_QUESTIONS)])
-        points = [
-            (question_point_id(d.id, i), q, {DOC_ID_KEY: d.id, HASH_KEY: stamps[d.id] if i == 0 else "",
-                                              **d.payload, "question": q})
-            for d, qs in ready for i, q in enumerate(qs)
-        ]
-        # The stamp (on each document's first question) says "this document's questions are current": write
-        # the stamped points LAST, so a crash part-way leaves unstamped documents, regenerated next run,
-        # never a stamped document with questions missing.
-        points.sort(key=lambda p: bool(p[2][HASH_KEY]))
-        for start in range(0, len(points), batch_size):
-            batch = points[start : start + batch_size]
-            texts = [q for _, q, _ in batch]
-            vectors, sparse_vectors = dense.embed(texts), encoder.encode_documents(texts)
-            store.upsert(target, [PointRecord(pid, vectors[i], sparse_vectors[i], payload)
-                                  for i, (pid, _, payload) in enumerate(batch)])
-        report.points_written = len(points)
-        if points:
-            store.finish_ingest(target)
+        report.points_written = _write_questions(target, store, dense, sparse, todo, ready, stamps, batch_size)
     report.points_in_collection = store.count(target) if exists or todo else 0
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _write_questions(target: str, store: VectorStore, dense: DenseEmbedder, sparse: Bm25Encoder,
+                     todo: Sequence[Document], ready: Sequence[tuple[Document, list[str]]], stamps: dict[str, str],
+                     batch_size: int) -> int:
+    """Replace the question points of the ``todo`` documents with the ``ready`` ones' new questions; returns
+    how many points were written."""
+    spec = _ensure_questions_collection(target, store, dense, sparse, [q for _, qs in ready for q in qs])
+    encoder = Bm25Encoder(sparse.analyzer, sparse.k1, sparse.b, spec.bm25_avg_len)
+    # Old questions of changed or failed documents go first: a stale question must never match.
+    store.delete_points(target, [question_point_id(d.id, i) for d in todo for i in range(MAX_QUESTIONS)])
+    points = [
+        (question_point_id(d.id, i), q, {DOC_ID_KEY: d.id, HASH_KEY: stamps[d.id] if i == 0 else "",
+                                          **d.payload, "question": q})
+        for d, qs in ready for i, q in enumerate(qs)
+    ]
+    # The stamp (on each document's first question) says "this document's questions are current": write
+    # the stamped points LAST, so a crash part-way leaves unstamped documents, regenerated next run,
+    # never a stamped document with questions missing.
+    points.sort(key=lambda p: bool(p[2][HASH_KEY]))
+    for start in range(0, len(points), batch_size):
+        batch = points[start : start + batch_size]
+        texts = [q for _, q, _ in batch]
+        vectors, sparse_vectors = dense.embed(texts), encoder.encode_documents(texts)
+        store.upsert(target, [PointRecord(pid, vectors[i], sparse_vectors[i], payload)
+                              for i, (pid, _, payload) in enumerate(batch)])
+    if points:
+        store.finish_ingest(target)
+    return len(points)
 
 
 def _run_sync(coro: Any) -> Any:
