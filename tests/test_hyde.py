@@ -301,3 +301,18 @@ async def test_the_embedded_model_policy_writes_one_hypothesis_by_default(retrie
     assert len(calls) == 1 and len(res.hypotheses) == 1 and res.fusion == "score"
     await hr.search("grammar", "хотеть поехать", top_k=3, n_hypotheses=3, use_hyde=True)
     assert len(calls) == 4  # an explicit n still wins
+
+
+async def test_a_request_runs_for_many_texts_as_copies_of_itself(retriever) -> None:
+    """``execute_many`` (the CLI's search): each text gets a copy of the one request, made where the search
+    entered; the results are those of one ``execute`` per text, in order."""
+    from hyde_tutor.hyde.request import SearchRequest
+
+    hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
+    request = SearchRequest(collection="grammar", text="", top_k=2, use_hyde=False)
+    texts = ["хотеть 가고 싶어요", "можно 할 수 있어요", "но 비싸지만"]
+    many = await hr.execute_many(request, texts)
+    one_by_one = [await hr.execute(request.replace(text=t)) for t in texts]
+    assert [r.query for r in many] == texts and request.text == ""
+    assert [[d.id for d in r.results] for r in many] == [[d.id for d in r.results] for r in one_by_one]
+    assert all(len(r.results) <= 2 and not r.used_hyde for r in many)

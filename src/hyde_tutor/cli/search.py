@@ -51,9 +51,12 @@ def search(
         typer.echo(f"searching {len(texts)} quer{'y' if len(texts) == 1 else 'ies'}; writing hypotheses with the "
                    f"LLM{slow}…", err=True)
     try:
-        results = asyncio.run(hr.search_many(collection, texts, top_k=top_k, use_hyde=True if compare else hyde,
-                                             n_hypotheses=hypotheses, fusion=fusion, use_questions=questions))
-        raw = asyncio.run(hr.search_many(collection, texts, top_k=top_k, use_hyde=False)) if compare else []
+        from ..hyde.request import SearchRequest
+
+        request = SearchRequest(collection=collection, text="", top_k=top_k, use_hyde=True if compare else hyde,
+                                n_hypotheses=hypotheses, fusion=fusion, use_questions=questions)  # type: ignore[arg-type]
+        results = asyncio.run(hr.execute_many(request, texts))
+        raw = asyncio.run(hr.execute_many(request.replace(use_hyde=False), texts)) if compare else []
     except HydeTutorError as exc:
         fail(str(exc))
     finally:

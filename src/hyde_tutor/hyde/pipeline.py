@@ -115,11 +115,9 @@ class HydeRetriever:
         self.close()
 
     def warm_up(self, collections: Sequence[str], *, freeze_gc: bool = True) -> None:
-        """Load what the first searches would (collections, the embedder's child process, the analyser): one
-        plain search per collection, no LLM. Then, with ``freeze_gc``, move every object alive (modules, models)
-        out of the GC's full collections (:func:`gc.freeze`): under load, one full collection over ~280,000
-        objects paused the event loop ~160 ms. Call it once at start-up; it blocks (from async code:
-        ``await asyncio.to_thread(hr.warm_up, ["grammar", "docs"])``)."""
+        """One plain search per collection (loads the collections, the embedder's process, the analyser; no LLM),
+        then with ``freeze_gc`` :func:`gc.freeze` (one full GC over ~280,000 objects paused the loop ~160 ms under
+        load). Once at start-up; it blocks (async code: ``await asyncio.to_thread(hr.warm_up, [...])``)."""
         import gc
 
         for collection in collections:
@@ -181,11 +179,15 @@ class HydeRetriever:
     async def search_many(self, collection: str, texts: Sequence[str], *, concurrency: int = 4,
                           **options: Any) -> list[HydeResult]:
         """:meth:`search` for each text, ``concurrency`` at a time; results in the order of ``texts``."""
+        return await self.execute_many(SearchRequest(collection=collection, text="", **options), texts, concurrency)
+
+    async def execute_many(self, request: SearchRequest, texts: Sequence[str], concurrency: int = 4) -> list[HydeResult]:
+        """``request`` for each text (a copy with that text), ``concurrency`` at a time, in order."""
         gate = asyncio.Semaphore(concurrency)
 
         async def one(text: str) -> HydeResult:
             async with gate:
-                return await self.search(collection, text, **options)
+                return await self.execute(request.replace(text=text))
 
         return list(await asyncio.gather(*(one(t) for t in texts)))
 
