@@ -296,8 +296,6 @@ class HydeRetriever:
         except Exception as exc:  # noqa: BLE001 - the raw results are in hand: a HyDE failure never fails the search
             _log.warning("hyde-tutor: the hypotheses' search failed; raw results instead", exc_info=True)
             return self._fallback(raw, "search_error", (f"{type(exc).__name__}: {exc}"[:300],))
-        if found.error is not None:
-            return self._fallback(raw, "embed_error", (found.error,))
         gated = stages.gate(found.channels, raw.channels[RAW], plan.policy.min_agreement)
         if not gated.channels:
             return self._fallback(raw, "off_topic", gated.notes, found)

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from ..config import HydeSettings
-from ..errors import EmbedderError
 from .fusion import (
     agreement,
     channels_by_doc,
@@ -51,12 +50,11 @@ class RawChannel:
 
 @dataclass(frozen=True, slots=True)
 class HypothesisChannels:
-    """One ranking per hypothesis (or one ``hyde:mean``); ``error`` when embedding them failed."""
+    """One ranking per hypothesis (or one ``hyde:mean``)."""
 
     channels: Channels
     embed_ms: float = 0.0
     search_ms: float = 0.0
-    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,18 +101,16 @@ def is_hypothesis(channel: str) -> bool:
 
 # -- raw channel ------------------------------------------------------------------------------------
 
-def search_raw(retriever: Retriever, collection: str, text: str, depth: int, questions: bool = False, *,
-               encoding: EncodedQueries | None = None, started: float | None = None) -> RawChannel:
-    """Encode the query once (unless ``encoding`` is given) and search with it (and the write-time
-    questions, when on). Blocking. ``started``: when the search began (the channel's time counts from it)."""
-    started = time.perf_counter() if started is None else started
+def search_raw(retriever: Retriever, collection: str, text: str, depth: int, questions: bool, *,
+               encoding: EncodedQueries, started: float) -> RawChannel:
+    """Search with the query's ``encoding`` (and the write-time questions, when on). Blocking. ``started``:
+    when the search began, before the encoding (the channel's time counts from it)."""
     with logfire.span("hyde.raw_channel", questions=questions):
-        enc = encoding if encoding is not None else retriever.encode([text], collection)
-        hits = retriever.store.search_batch(collection, [retriever.request(enc, 0, depth, collection=collection)])[0]
+        hits = retriever.store.search_batch(collection, [retriever.request(encoding, 0, depth, collection=collection)])[0]
         channels = {RAW: hits}
         if questions:
-            channels[QUESTIONS] = search_questions(retriever, collection, enc, depth)
-    return RawChannel(channels, enc, (time.perf_counter() - started) * 1000)
+            channels[QUESTIONS] = search_questions(retriever, collection, encoding, depth)
+    return RawChannel(channels, encoding, (time.perf_counter() - started) * 1000)
 
 
 def search_questions(retriever: Retriever, collection: str, enc: EncodedQueries, depth: int) -> list[Hit]:
@@ -141,25 +137,13 @@ def top_margin(hits: Sequence[Hit]) -> float | None:
 
 def search_hypotheses(
     retriever: Retriever, collection: str, hypotheses: Sequence[Hypothesis], raw: EncodedQueries,
-    policy: HydePolicy, fusion: FusionMode, depth: int, *, encoding: EncodedQueries | None = None,
-    embed_ms: float = 0.0,
+    policy: HydePolicy, fusion: FusionMode, depth: int, *, encoding: EncodedQueries, embed_ms: float,
 ) -> HypothesisChannels:
-    """Embed all hypotheses in one batch (unless ``encoding`` holds them already, embedded in ``embed_ms``)
-    and run all their searches in one batched store call. Blocking.
-
-    An embedding failure (e.g. a rate limit on the hypotheses' batch) comes back as ``error``."""
-    started = time.perf_counter()
-    if encoding is None:
-        with logfire.span("hyde.embed", n=len(hypotheses)):
-            try:
-                encoding = retriever.encode([h.text for h in hypotheses], collection)
-            except EmbedderError as exc:
-                return HypothesisChannels({}, error=f"{type(exc).__name__}: {exc}"[:300])
-        embed_ms = (time.perf_counter() - started) * 1000
-    hyp = encoding
+    """Run the searches of all hypotheses (``encoding``, embedded in ``embed_ms``) in one batched store call.
+    Blocking."""
     embedded = time.perf_counter()
     with logfire.span("hyde.store_search", fusion=fusion):
-        channels = _search_encoded(retriever, collection, hypotheses, hyp, raw, policy.legs, fusion, depth)
+        channels = _search_encoded(retriever, collection, hypotheses, encoding, raw, policy.legs, fusion, depth)
     done = time.perf_counter()
     return HypothesisChannels(channels, embed_ms, (done - embedded) * 1000)
 
