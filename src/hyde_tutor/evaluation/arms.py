@@ -7,7 +7,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from ..hyde import FusionMode, HydeRetriever
 from ..hyde.conversation import Condenser, context_query
@@ -63,6 +63,23 @@ def _text_and_history(item: Any) -> tuple[str, tuple[tuple[str, str], ...]]:
     return item.text, tuple(getattr(item, "history", ()) or ())
 
 
+class _OwnLoop:
+    """An arm whose batches run on one event loop of its own (HTTP clients stay bound to it); close it, or use
+    it as a context manager, to close that loop."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+
+    def close(self) -> None:
+        self._loop.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class ContextArm:
     """Plain hybrid search of each query with the conversation's previous question in front of it."""
 
@@ -77,7 +94,7 @@ class ContextArm:
         return [[h.doc_id for h in hits] for hits in self.r.search_many(self.collection, texts, self.k)]
 
 
-class CondensedArm(ContextArm):
+class CondensedArm(ContextArm, _OwnLoop):
     """Plain hybrid search of each follow-up rewritten by the LLM as a standalone question
     (:class:`~hyde_tutor.hyde.conversation.Condenser`); a query without history is searched as it is, and a
     failed rewrite is searched like ``context`` (counted in :meth:`fallbacks`). Close it to close its loop."""
@@ -88,7 +105,7 @@ class CondensedArm(ContextArm):
         self.rewrites: dict[str, str | None] = {}
         """Per follow-up text: the standalone question, or None when the rewrite failed."""
         self.costs: dict[str, tuple[int, int, int, bool, str]] = {}
-        self._loop = asyncio.new_event_loop()
+        _OwnLoop.__init__(self)
 
     def __call__(self, items: Sequence[Any]) -> list[list[str]]:
         pairs = [_text_and_history(item) for item in items]
@@ -121,17 +138,8 @@ class CondensedArm(ContextArm):
         """LLM calls and tokens per search (one rewrite per follow-up), as :meth:`HydeArm.cost`."""
         return _cost(self.costs)
 
-    def close(self) -> None:
-        self._loop.close()
 
-    def __enter__(self) -> CondensedArm:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class HydeArm:
+class HydeArm(_OwnLoop):
     """A HyDE pipeline arm. Its batches run on one event loop of its own (HTTP clients stay bound to
     it); ``reasons`` collects each query's fallback reasons, keyed by its text (a warm-up query counts once).
     Close it (or use it as a context manager) to close that loop."""
@@ -143,7 +151,7 @@ class HydeArm:
         self.reasons: dict[str, list[str]] = {}
         self.costs: dict[str, tuple[int, int, int, bool, str]] = {}
         """Per query text: (LLM calls, input tokens, output tokens, skipped by the cascade, usage source)."""
-        self._loop = asyncio.new_event_loop()
+        super().__init__()
 
     def __call__(self, items: Sequence[Any]) -> list[list[str]]:
         arm = self.arm
@@ -180,14 +188,6 @@ class HydeArm:
         """How often each fallback reason occurred, over distinct queries."""
         return dict(Counter(reason for found in self.reasons.values() for reason in found))
 
-    def close(self) -> None:
-        self._loop.close()
-
-    def __enter__(self) -> HydeArm:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _cost(costs: dict[str, tuple[int, int, int, bool, str]]) -> dict[str, Any]:
