@@ -24,8 +24,8 @@ from pathlib import Path
 from hyde_tutor.hyde.hypotheses import DOMAINS
 from hyde_tutor.llm.prompts import load_prompt, parse_perspectives
 from hyde_tutor.llm.recorder import RecordingWriter
-from hyde_tutor.llm.recordings import (Recording, render_hypothesis_request, render_multi_request, request_sha256,
-                                      utc_now)
+from hyde_tutor.hyde.requests import render_hypothesis_request, render_multi_request
+from hyde_tutor.llm.recordings import Recording, request_sha256, utc_now
 
 MODEL_LABEL = "frontier-llm-stand-in"
 
@@ -84,7 +84,7 @@ def _rows(paths: list[Path]) -> Iterator[dict]:
 def followups(args: argparse.Namespace, profile: object) -> Iterator[Recording]:
     from hyde_tutor.evaluation.beir import load_beir
     from hyde_tutor.hyde.conversation import render_conversation
-    from hyde_tutor.llm.recordings import render_followup_request
+    from hyde_tutor.hyde.requests import render_followup_request
 
     system, request, persp = (load_prompt(profile.prompt), load_prompt(profile.followup_request),  # type: ignore[attr-defined]
                               load_prompt(profile.perspectives))  # type: ignore[attr-defined]
@@ -103,7 +103,7 @@ def condense(args: argparse.Namespace) -> Iterator[Recording]:
     """Follow-ups rewritten as standalone questions (``prompts/condense.v<N>.md``): ``condense`` records."""
     from hyde_tutor.evaluation.beir import load_beir
     from hyde_tutor.hyde.conversation import render_conversation
-    from hyde_tutor.llm.recordings import render_condense_request
+    from hyde_tutor.hyde.requests import render_condense_request
 
     system, request = load_prompt("condense"), load_prompt("condense_request")
     queries = {q.id: q for q in load_beir(args.queries.parent).queries}

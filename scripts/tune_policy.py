@@ -43,6 +43,7 @@ from hyde_tutor.evaluation.metrics import ndcg_at_k, recall_at_k
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
 from hyde_tutor.hyde.policy import STRONG_MODEL_POLICY
+from hyde_tutor.hyde.requests import render_recording
 from hyde_tutor.llm.backends import replay_backend
 from hyde_tutor.retrieval.retriever import Retriever
 
@@ -156,7 +157,7 @@ class Runner:
         self.settings = Settings()
         self.retriever = Retriever.from_settings(self.settings)
         self.retriever.dense = CachedDense(self.retriever.dense)  # type: ignore[assignment]
-        self.backend = replay_backend(recordings, self.settings.data_dir / "models")
+        self.backend = replay_backend(recordings, self.settings.data_dir / "models", render=render_recording)
         self.loop = asyncio.new_event_loop()
         self.agent_turns: dict[str, Any] | None = None
         print(f"recordings: {self.backend.name}; tokens "

@@ -278,7 +278,10 @@ async def test_agent_tool_call_recordings_replay_through_the_tools_path() -> Non
             return HydeResult(request.text, request.collection, [], True, None)
 
         policy = type("P", (), {"enabled": True})()
-        retriever = type("R", (), {"settings": Settings().retrieval, "schemas": {}})()
+        retrieval_settings = Settings().retrieval
+
+        def schema_for(self, collection):
+            return None
 
     agent = Agent(AgentReplayModel(turns, stats=stats), deps_type=TutorDeps, toolsets=[HydeSearchToolset()],
                   instructions=tutor_instructions())

@@ -86,7 +86,8 @@ async def test_retrieve_first_searches_a_follow_up_with_the_previous_question(re
 
 def test_a_followup_recording_replays_only_for_its_conversation() -> None:
     from hyde_tutor.llm.prompts import load_prompt, parse_perspectives
-    from hyde_tutor.llm.recordings import Recording, RecordingBook, render_followup_request, request_sha256
+    from hyde_tutor.hyde.requests import load_recordings, render_followup_request
+    from hyde_tutor.llm.recordings import Recording, RecordingBook, request_sha256
 
     system, request = load_prompt("hypothesis_grammar"), load_prompt("hypothesis_followup_request")
     persp = load_prompt("perspectives")
@@ -101,7 +102,7 @@ def test_a_followup_recording_replays_only_for_its_conversation() -> None:
 
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as fh:
         fh.write(rec.to_json() + "\n")
-    book = RecordingBook.load([fh.name])
+    book = load_recordings([fh.name])
     assert book.stale == 0 and book.lookup(system.text, user) is not None
     other = render_followup_request(request, render_conversation((("user", "Другой вопрос?"),)), "А в прошедшем?",
                                     rule.instruction)
@@ -128,8 +129,10 @@ async def test_the_follow_up_agent_calls_replay_with_their_conversation() -> Non
             return HydeResult(request.text, request.collection, [], True, None)
 
         policy = type("P", (), {"enabled": True})()
-        retriever = type("R", (), {"settings": __import__("hyde_tutor.config", fromlist=["Settings"]).Settings().retrieval,
-                                   "schemas": {}})()
+        retrieval_settings = __import__("hyde_tutor.config", fromlist=["Settings"]).Settings().retrieval
+
+        def schema_for(self, collection):
+            return None
 
     stats = ReplayStats()
     agent = Agent(AgentReplayModel(turns, stats=stats), deps_type=TutorDeps, toolsets=[HydeSearchToolset()],

@@ -229,7 +229,8 @@ def test_a_crash_while_writing_questions_never_leaves_a_document_marked_current(
     """Question ingest wrote the 'done' stamp with a document's first question, in the first batch: a crash
     after it left the document marked current with its other questions missing, and never regenerated."""
     from hyde_tutor import EdgeStore
-    from hyde_tutor.corpus.ingest import ingest_documents, question_point_id
+    from hyde_tutor.corpus.ingest import ingest_documents
+    from hyde_tutor.hyde.question_index import question_point_id
     from hyde_tutor.hyde.question_index import ingest_questions
     from hyde_tutor.retrieval.store import questions_collection
 

@@ -17,7 +17,8 @@ from hyde_tutor.corpus.documents import Document
 from hyde_tutor.plugin.experiment import Experiment, decide
 from hyde_tutor.hyde import QUESTIONS, RAW, HydeRetriever
 from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
-from hyde_tutor.corpus.ingest import ingest_documents, question_point_id
+from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.hyde.question_index import question_point_id
 from hyde_tutor.hyde.question_index import ingest_questions
 from hyde_tutor.hyde.questions import QuestionCache, QuestionGenerator, parse_questions
 from hyde_tutor.retrieval.retriever import Retriever
@@ -180,3 +181,19 @@ def test_experiment_arms_route_the_questions_channel() -> None:
     assert decide(None, four, None, default=True).use_questions is None  # not enrolled: retriever default
     with pytest.raises(ValueError, match="arms"):
         Experiment(arms=("raw", "typo"))
+
+
+def test_ingest_sync_drops_the_questions_of_documents_that_left(store, hash_embedder, bm25) -> None:
+    from hyde_tutor.hyde.question_index import sync_questions
+
+    _ingest_all(store, hash_embedder, bm25, _generator(_model([]), None))
+    target = questions_collection("grammar")
+    assert store.count(target) == 3 + 2 + 1
+    report = ingest_documents(DOCS[:2], "grammar", store, hash_embedder, bm25, progress=False, sync=True,
+                              on_sync=sync_questions)
+    assert report.deleted == 1 and store.count("grammar") == 2
+    assert store.count(target) == 3 + 2  # g3's question went with it
+    assert store.stored_hashes(target, [question_point_id("g3", 0)]) == {}
+    # Without the hook the document ingest leaves a derived index alone.
+    ingest_documents(DOCS[:1], "grammar", store, hash_embedder, bm25, progress=False, sync=True)
+    assert store.count("grammar") == 1 and store.count(target) == 3 + 2

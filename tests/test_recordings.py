@@ -19,6 +19,7 @@ from hyde_tutor.config import HydeSettings, Settings
 from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.hyde.hypotheses import DOMAINS, HypothesisGenerator, MemoryCache
+from hyde_tutor.hyde.requests import load_recordings
 from hyde_tutor.llm.backends import make_llm, replay_backend
 from hyde_tutor.llm.prompts import default_prompts_dir, load_prompt
 from hyde_tutor.llm.recorder import RecordingWriter, record_hypotheses
@@ -109,8 +110,30 @@ def test_prompt_version_mismatch_and_edited_prompt_are_not_served(tmp_path: Path
     # the v1 system prompt edited in place: same ref, other text -> every record is stale, nothing is served
     system = prompts / "hypothesis_grammar.v1.md"
     system.write_text(system.read_text(encoding="utf-8") + "\nДобавленная строка.\n", encoding="utf-8")
-    stale = RecordingBook.load([path], prompts_dir=prompts)
+    stale = load_recordings([path], prompts_dir=prompts)
     assert len(stale) == 0 and stale.stale == 4
+
+
+def test_a_book_without_a_renderer_matches_by_the_recorded_hash_and_never_serves_an_edited_prompt(tmp_path: Path) -> None:
+    """The llm layer knows no request format: without a renderer a record is found by the hash it carries. One
+    made with a system prompt edited since stays in the book but no live request matches it; one with no hash,
+    or naming a prompt version that is gone, is stale."""
+    prompts = tmp_path / "prompts"
+    shutil.copytree(default_prompts_dir(), prompts)
+    path = tmp_path / "rec.jsonl"
+    _record(path, _writer_model(), generator=_generator(_writer_model(), prompts_dir=prompts))
+    system = prompts / "hypothesis_grammar.v1.md"
+    system.write_text(system.read_text(encoding="utf-8") + "\nДобавленная строка.\n", encoding="utf-8")
+    book = RecordingBook.load([path], prompts_dir=prompts)
+    assert len(book) == 4 and book.stale == 0
+    result = asyncio.run(_generator(ReplayModel(book), "replay", prompts_dir=prompts).generate(QUERIES[0]))
+    assert result.hypotheses == [] and result.failure_reason == "not_recorded"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    rows[0]["prompt_sha256"] = ""
+    rows[1]["prompt_refs"] = ["hypothesis_grammar@v9", *rows[1]["prompt_refs"][1:]]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    book = RecordingBook.load([path], prompts_dir=prompts)
+    assert len(book) == 2 and book.stale == 2
 
 
 def test_record_is_resumable_and_survives_a_torn_line(tmp_path: Path) -> None:
@@ -151,7 +174,7 @@ def test_replay_provider_is_explicit_and_clear_when_empty(isolated_env: Path) ->
 
 
 def test_bundled_recordings_cover_every_eval_query_with_four_perspectives() -> None:
-    book = RecordingBook.load(sorted((ROOT / "data" / "recordings").glob("*.jsonl")))
+    book = load_recordings(sorted((ROOT / "data" / "recordings").glob("*.jsonl")))
     assert book.stale == 0 and book.models == ("frontier-llm-stand-in",)
     recorded = {(r.domain, r.query, r.perspective) for r in book.by_request.values()}
     for name, domain in (("grammar", "grammar"), ("docs", "docs"), ("grammar_holdout", "grammar")):
@@ -181,7 +204,7 @@ def _compatible_server(book: RecordingBook) -> Iterator[str]:
 
 
 def test_bundled_recordings_replay_the_same_through_an_openai_compatible_server(isolated_env: Path) -> None:
-    book = RecordingBook.load(sorted((ROOT / "data" / "recordings").glob("*.jsonl")))
+    book = load_recordings(sorted((ROOT / "data" / "recordings").glob("*.jsonl")))
     query = load_beir(ROOT / "data" / "eval" / "grammar_holdout").queries[0].text
 
     def hypotheses(settings: Settings) -> list[str]:

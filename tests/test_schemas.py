@@ -45,11 +45,11 @@ def test_schema_renders_payloads() -> None:
 def test_a_schema_collection_on_the_embedded_store_is_a_clear_error(isolated_env: Path) -> None:
     from hyde_tutor import EdgeStore
     from hyde_tutor.errors import StoreUnavailableError
-    from hyde_tutor.retrieval.store import SearchRequest
+    from hyde_tutor.retrieval.store import StoreQuery
 
     store = EdgeStore(isolated_env / "edge")
     with pytest.raises(StoreUnavailableError, match="HYDE_QDRANT__URL"):
-        store.search_batch("x", [SearchRequest(limit=1, dense=[0.1], dense_name="text-embedding-3-small")])
+        store.search_batch("x", [StoreQuery(limit=1, dense=[0.1], dense_name="text-embedding-3-small")])
 
 
 def test_inspect_our_collection_and_a_guide_shaped_one(isolated_env: Path, monkeypatch: pytest.MonkeyPatch, small_corpus: Path) -> None:

@@ -79,10 +79,22 @@ def test_collection_names_in_settings_are_checked_when_the_settings_load(isolate
 
 def test_a_learners_braces_are_not_spliced_into_the_request_template() -> None:
     from hyde_tutor.llm.prompts import load_prompt
-    from hyde_tutor.llm.recordings import render_hypothesis_request
+    from hyde_tutor.hyde.requests import render_hypothesis_request
 
     text = render_hypothesis_request(load_prompt("hypothesis_request"), "что значит {perspective}?", "ACCENT")
     assert "что значит {perspective}?" in text and text.count("ACCENT") == 1
+
+
+def test_a_documents_braces_are_not_spliced_into_the_questions_request() -> None:
+    """The write-time questions request is filled in one pass, like the others: a document that holds ``{k}``
+    keeps it (it was replaced by K when the template was filled field by field)."""
+    from hyde_tutor.llm.prompts import load_prompt
+    from hyde_tutor.hyde.requests import render_questions_request
+
+    template = load_prompt("questions_request")
+    text = render_questions_request(template, "Шаблон: поставьте {k} вместо числа.", 3)
+    assert "Шаблон: поставьте {k} вместо числа." in text and "{document}" not in text
+    assert text.count("3") == template.text.count("{k}")
 
 
 @pytest.mark.parametrize(("url", "shown"), [
@@ -173,7 +185,7 @@ class _Boom:
 
     def __init__(self, inner) -> None:
         self.inner = inner
-        self.retriever = inner.retriever
+        self.retrieval_settings = inner.retrieval_settings
         self.policy = inner.policy
 
     async def execute(self, *a, **k):

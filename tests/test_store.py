@@ -20,7 +20,7 @@ from hyde_tutor import (
 from hyde_tutor.corpus.ingest import ingest_documents
 from hyde_tutor.errors import EmbedderError
 from hyde_tutor.retrieval.retriever import Retriever
-from hyde_tutor.retrieval.store import SearchRequest
+from hyde_tutor.retrieval.store import StoreQuery
 
 from .conftest import HashEmbedder
 
@@ -94,7 +94,7 @@ def test_embedder_mismatch_names_the_fix(store, hash_embedder, bm25) -> None:
 def test_search_request_needs_a_vector(store, hash_embedder, bm25) -> None:
     _ingest(store, hash_embedder, bm25)
     with pytest.raises(ValueError):
-        store.search_batch("c", [SearchRequest(limit=3)])
+        store.search_batch("c", [StoreQuery(limit=3)])
 
 
 _HOLD = """

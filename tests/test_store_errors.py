@@ -101,3 +101,38 @@ def test_ingest_sync_deletes_documents_that_left_the_file(isolated_env: Path, sm
     assert refused.exit_code == 2 and "--sync refused" in refused.output
     out = runner.invoke(app, ["search", "хочу", "--collection", "grammar", "--no-hyde", "--json"])
     assert f'"results"' in out.output  # the collection still serves
+
+
+def test_cli_ingest_sync_also_drops_the_departed_documents_questions(isolated_env: Path, small_corpus: Path) -> None:
+    import json
+
+    from hyde_tutor.config import Settings
+    from hyde_tutor.hyde.question_index import question_point_id
+    from hyde_tutor.retrieval.sparse import SparseVec
+    from hyde_tutor.retrieval.store import PointRecord, open_store, questions_collection
+
+    runner = CliRunner()
+    assert runner.invoke(app, ["ingest", "--collection", "grammar", "--file", str(small_corpus)]).exit_code == 0
+    lines = small_corpus.read_text(encoding="utf-8").splitlines()
+    ids = [json.loads(line)["id"] for line in lines]
+    target = questions_collection("grammar")
+    store = open_store(Settings())
+    try:  # two questions per document, as `ingest --questions 2` would have written them
+        spec = store.collection_spec("grammar")
+        store.create_collection(target, spec)
+        store.upsert(target, [PointRecord(question_point_id(doc_id, i), [0.1] * spec.dense_dim, SparseVec((1,), (1.0,)),
+                                          {"doc_id": doc_id, "question": f"вопрос {i}"})
+                              for doc_id in ids for i in range(2)])
+        store.finish_ingest(target)
+    finally:
+        store.close()
+    fewer = isolated_env / "fewer.jsonl"
+    fewer.write_text("\n".join(lines[:-2]) + "\n", encoding="utf-8")
+    synced = runner.invoke(app, ["ingest", "--collection", "grammar", "--file", str(fewer), "--sync"])
+    assert synced.exit_code == 0, synced.output
+    store = open_store(Settings())
+    try:
+        assert store.count(target) == 2 * (len(ids) - 2)
+        assert store.stored_hashes(target, [question_point_id(ids[-1], 0), question_point_id(ids[-1], 1)]) == {}
+    finally:
+        store.close()

@@ -76,7 +76,8 @@ _EXPORTS: dict[str, str] = {
     "EdgeStore": ".retrieval.store",
     "Hit": ".retrieval.store",
     "QdrantClientStore": ".retrieval.store",
-    "SearchRequest": ".retrieval.store",
+    "SearchRequest": ".hyde.request",
+    "StoreQuery": ".retrieval.store",
     "VectorStore": ".retrieval.store",
     "open_store": ".retrieval.store",
     "questions_collection": ".retrieval.store",
@@ -123,6 +124,7 @@ __all__ = [
     "QueryValidationError",
     "Retriever",
     "SearchRequest",
+    "StoreQuery",
     "SentenceTransformerEmbedder",
     "Settings",
     "SparseVec",
@@ -186,4 +188,5 @@ if TYPE_CHECKING:  # the eager imports, for type checkers and IDEs
     from .hyde.questions import QuestionCache, QuestionGenerator, parse_questions, question_generator_from_settings  # noqa: F401
     from .retrieval.retriever import Retriever  # noqa: F401
     from .retrieval.sparse import Bm25Encoder, SparseVec  # noqa: F401
-    from .retrieval.store import CollectionSpec, EdgeStore, Hit, QdrantClientStore, SearchRequest, VectorStore, open_store, questions_collection  # noqa: F401
+    from .retrieval.store import CollectionSpec, EdgeStore, Hit, QdrantClientStore, StoreQuery, VectorStore, open_store, questions_collection  # noqa: F401
+    from .hyde.request import SearchRequest  # noqa: F401

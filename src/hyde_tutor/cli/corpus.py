@@ -34,10 +34,11 @@ def ingest(
 ) -> None:
     """Ingest a JSONL file. Re-running writes only new or changed documents (and their questions)."""
     from ..corpus.ingest import ingest_file
+    from ..hyde.question_index import sync_questions
     settings = Settings()
     with open_retriever() as r:
         report = ingest_file(file, collection, r.store, r.dense, r.sparse, recreate=recreate,
-                             batch_size=settings.index.batch_size, sync=sync)
+                             batch_size=settings.index.batch_size, sync=sync, on_sync=sync_questions)
         typer.echo(report.summary())
         if questions:
             typer.echo(_ingest_questions(settings, r, file, collection, questions, regenerate, recreate))

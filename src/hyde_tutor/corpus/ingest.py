@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
 
-from .documents import Document, iter_jsonl_documents, point_id_for
+from .documents import Document, iter_jsonl_documents
 from ..retrieval.embedders import DenseEmbedder
 from ..errors import CorpusFormatError, HydeTutorError
 from ..retrieval.sparse import Bm25Encoder
-from ..retrieval.store import CollectionSpec, PointRecord, VectorStore, questions_collection
+from ..retrieval.store import CollectionSpec, PointRecord, VectorStore
 from ..retrieval.store.base import DOC_ID_KEY, HASH_KEY
-
-MAX_QUESTIONS = 10
-"""Questions per document at most (write-time HyDE); question point ids are numbered below it."""
-
 
 @dataclass(slots=True)
 class IngestReport:
@@ -86,6 +82,7 @@ def ingest_documents(
     progress: bool = True,
     source: str = "<memory>",
     sync: bool = False,
+    on_sync: Callable[[VectorStore, str, set[str]], None] | None = None,
 ) -> IngestReport:
     """Write ``documents`` into ``collection``; re-running with the same input writes nothing.
 
@@ -94,6 +91,9 @@ def ingest_documents(
     collection anew; on a store that can swap collections (the embedded one) it is built beside the live one
     (``<name>.rebuild``) and swapped in when complete, so searches meanwhile, and a rebuild that fails, see the
     old collection. A Qdrant server's collection is still dropped first.
+
+    ``on_sync(store, collection, kept_doc_ids)`` runs after a sync deleted what left: an index derived from the
+    documents (write-time questions: :func:`hyde_tutor.hyde.question_index.sync_questions`) drops its share.
     """
     started = time.perf_counter()
     report = IngestReport(collection=collection, source=source, documents=len(documents))
@@ -124,7 +124,8 @@ def ingest_documents(
         if stale:
             store.delete_points(collection, stale)
         report.deleted = len(stale)
-        _sync_questions(store, live, {d.id for d in documents})
+        if on_sync is not None:
+            on_sync(store, live, {d.id for d in documents})
     if report.written or report.deleted or swap:
         store.finish_ingest(collection)
     if swap:
@@ -137,18 +138,6 @@ def ingest_documents(
 def rebuild_name(collection: str) -> str:
     """Where ``ingest --recreate`` builds the new ``collection`` before swapping it in (a store that can swap)."""
     return f"{collection}.rebuild"
-
-
-def _sync_questions(store: VectorStore, collection: str, keep_ids: set[str]) -> None:
-    """Drop the write-time question points whose parent document left the collection."""
-    target = questions_collection(collection)
-    if target not in store.list_collections():
-        return
-    kept = {question_point_id(doc_id, i) for doc_id in keep_ids for i in range(MAX_QUESTIONS)}
-    stale = [pid for pid in store.point_ids(target) if pid not in kept]
-    if stale:
-        store.delete_points(target, stale)
-        store.finish_ingest(target)
 
 
 def ingest_file(path: Path, collection: str, store: VectorStore, dense: DenseEmbedder, sparse: Bm25Encoder, **kwargs: object) -> IngestReport:
@@ -189,8 +178,3 @@ def _points(docs: Sequence[Document], dense: DenseEmbedder, sparse: Bm25Encoder)
         )
         for i, d in enumerate(docs)
     ]
-
-
-def question_point_id(doc_id: str, index: int) -> str:
-    """Point id of a document's ``index``-th write-time question (in ``<collection>__questions``)."""
-    return point_id_for(f"{doc_id}#question-{index}")

@@ -22,7 +22,7 @@ from ..corpus.documents import Document
 from ..retrieval.embedders import DenseEmbedder, embed_in_batches
 from ..corpus.ingest import ingest_documents
 from ..retrieval.sparse import Bm25Encoder, SparseVec
-from ..retrieval.store import CollectionSpec, EdgeStore, PointRecord, SearchRequest
+from ..retrieval.store import CollectionSpec, EdgeStore, PointRecord, StoreQuery
 
 VOCAB = 30_000
 
@@ -96,9 +96,9 @@ def query_latency(
     ]
 
 
-def _query(rng: np.random.Generator, dim: int, s: RetrievalSettings) -> SearchRequest:
+def _query(rng: np.random.Generator, dim: int, s: RetrievalSettings) -> StoreQuery:
     v = rng.standard_normal(dim).astype(np.float32)
-    return SearchRequest(
+    return StoreQuery(
         limit=10, dense=(v / np.linalg.norm(v)).tolist(), sparse=_random_sparse(rng, 6),
         prefetch_limit=s.prefetch_limit, rrf_k=s.rrf_k, hnsw_ef=s.hnsw_ef,
     )

@@ -19,6 +19,8 @@ from pathlib import Path
 from ..config import Settings
 from .beir import EvalQuery, load_beir
 from ..hyde import HydeResult, HydeRetriever, RetrievedDoc
+from ..hyde.request import SearchRequest
+from ..hyde.requests import render_recording
 from ..hyde.hypotheses import HypothesisGenerator, MemoryCache
 from ..llm.backends import describe_backend, replay_backend
 from ..corpus.rendering import fit, payload_label
@@ -54,6 +56,7 @@ def _pick(hr: HydeRetriever, eval_dir: Path, per_set: tuple[int, ...] = (2, 1, 1
     shown: list[Shown] = []
     for (name, collection), want in zip(SETS, per_set, strict=True):
         data = load_beir(eval_dir / name)
+        plain = SearchRequest(collection=collection, text="", top_k=5, use_hyde=False)
         found = 0
         for q in data.queries:
             if found == want:
@@ -61,10 +64,10 @@ def _pick(hr: HydeRetriever, eval_dir: Path, per_set: tuple[int, ...] = (2, 1, 1
             if q.group != "unnamed":
                 continue
             relevant = frozenset(d for d, g in data.qrels[q.id].items() if g > 0)
-            raw = asyncio.run(hr.search(collection, q.text, top_k=5, use_hyde=False))
+            raw = asyncio.run(hr.execute(plain.replace(text=q.text)))
             if _rank(raw, relevant) == 1:
                 continue
-            hyde = asyncio.run(hr.search(collection, q.text, top_k=5, use_hyde=True))
+            hyde = asyncio.run(hr.execute(plain.replace(text=q.text, use_hyde=True)))
             if hyde.used_hyde and _rank(hyde, relevant) == 1:
                 shown.append(Shown(q, collection, raw, hyde, relevant))
                 found += 1
@@ -89,7 +92,7 @@ def _print_shown(s: Shown, echo: Callable[[str], None], width: int = 40) -> None
 
 def _replay_retriever(settings: Settings, retriever: Retriever) -> HydeRetriever:
     """HyDE over the bundled recordings, with the capable-model policy (replay stands in for one)."""
-    backend = replay_backend(settings.llm.recordings)
+    backend = replay_backend(settings.llm.recordings, render=render_recording)
     cache = MemoryCache()
     return HydeRetriever(retriever, lambda d: HypothesisGenerator.for_backend(backend, d, hyde=settings.hyde,
                                                                              llm=settings.llm, cache=cache),
@@ -121,8 +124,9 @@ def _live(settings: Settings, retriever: Retriever, echo: Callable[[str], None])
     hr = HydeRetriever.from_settings(settings, retriever=retriever)
     started = time.perf_counter()
     try:
-        raw = asyncio.run(hr.search("grammar", LIVE_QUESTION, top_k=3, use_hyde=False))
-        res = asyncio.run(hr.search("grammar", LIVE_QUESTION, top_k=3, use_hyde=True))
+        live = SearchRequest(collection="grammar", text=LIVE_QUESTION, top_k=3, use_hyde=False)
+        raw = asyncio.run(hr.execute(live))
+        res = asyncio.run(hr.execute(live.replace(use_hyde=True)))
     finally:
         for close in hr.closers:  # the LLM backend; the shared retriever is closed by run_demo
             close()

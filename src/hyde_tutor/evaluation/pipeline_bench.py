@@ -19,6 +19,7 @@ from ..config import Settings
 from ..corpus.documents import Document
 from ..hyde.fusion import reciprocal_rank_fusion
 from ..hyde import HydeRetriever
+from ..hyde.request import SearchRequest
 from ..hyde.hypotheses import HypothesisGenerator
 from ..hyde.cache import NoCache
 from ..corpus.ingest import ingest_documents
@@ -57,9 +58,11 @@ def hyde_pipeline_bench(hyde: Any, collection: str, queries: Sequence[str], late
         enc = r.encode([text])
         r.store.search_batch(collection, [r.request(enc, 0, 10)])
 
+    request = SearchRequest(collection=collection, text="", top_k=5, use_hyde=True)
+
     async def pipeline(q: str, n: int) -> float:
         t0 = time.perf_counter()
-        await hyde.search(collection, q, top_k=5, use_hyde=True, n_hypotheses=n)
+        await hyde.execute(request.replace(text=q, n_hypotheses=n))
         return (time.perf_counter() - t0) * 1000
 
     async def sequential(q: str, n: int) -> float:

@@ -5,6 +5,7 @@ from .domains import DOMAINS, Domain
 from .generators import BackendFailure, GeneratorFactory, GeneratorPool
 from .hypotheses import GenerationResult, Hypothesis, HypothesisGenerator
 from .pipeline import HydeRetriever, Plan
+from .request import SearchRequest
 from .policy import (
     AGREEMENT_DEPTH,
     SCORE_FUSION_DEPTH,
@@ -46,6 +47,7 @@ __all__ = [
     "Plan",
     "Reranker",
     "RetrievedDoc",
+    "SearchRequest",
     "StageTimings",
     "make_cache",
 ]

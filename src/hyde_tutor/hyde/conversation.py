@@ -15,7 +15,7 @@ from typing import Any
 from ..config import LLMSettings
 from ..llm.generation import CallOptions, TokenUsage, generate_text, text_call
 from ..llm.prompts import load_prompt
-from ..llm.recordings import render_condense_request
+from .requests import render_condense_request
 
 Message = tuple[str, str]
 """``(role, content)``: role ``user`` or ``assistant``."""

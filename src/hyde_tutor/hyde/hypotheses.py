@@ -21,7 +21,8 @@ from .domains import (DOMAINS, HANGUL, Domain, DomainProfile, echoes_query, norm
 from ..llm.generation import CallOptions, Generation, TokenUsage, generate_text, text_call
 from ..llm.backends import LLMBackend
 from ..llm.prompts import Perspective, Prompt, load_prompt, parse_perspectives
-from ..llm.recordings import render_followup_request, render_hypothesis_request, render_multi_request, request_sha256
+from ..llm.recordings import request_sha256
+from .requests import render_followup_request, render_hypothesis_request, render_multi_request
 from .conversation import render_conversation
 
 MAX_HYPOTHESES = 8

@@ -16,11 +16,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..config import HydeSettings, QuestionSettings, Settings
-from ..errors import CollectionNotFoundError, EmbedderError, HydeTutorError
+from ..config import HydeSettings, QuestionSettings, RetrievalSettings, Settings
+from ..errors import EmbedderError, HydeTutorError
 from .domains import DOMAINS
 from .hypotheses import Domain, GenerationResult, Hypothesis, HypothesisGenerator, shape_hypothesis
 from .request import SearchRequest
+from .requests import render_recording
 from .plan import Hypotheses, Plan, Ranked, agent_usage, result_errors
 from .conversation import context_query
 from .cache import make_cache
@@ -28,16 +29,16 @@ from ..telemetry import logfire
 from ..corpus.rendering import payload_text
 from .rerank import CrossEncoderReranker, Reranker
 from ..retrieval.retriever import Retriever
-from ..retrieval.store import Hit, questions_collection
+from ..retrieval.store import Hit
+from ..retrieval.schemas import CollectionSchema
 from ..retrieval.validation import validate_query, validate_top_k
 from . import stages
 from .generators import GeneratorFactory, GeneratorPool
+from .question_index import QuestionsProbe
 from .policy import AGREEMENT_DEPTH, SCORE_FUSION_DEPTH, FusionMode, HydePolicy
 from .result import RAW, FallbackReason, HydeResult, RetrievedDoc, StageTimings
 
 _log = logging.getLogger("hyde_tutor")
-QUESTIONS_RECHECK_S = 30.0
-"""How long a missing questions collection is believed missing before the store is asked again."""
 
 
 class HydeRetriever:
@@ -58,7 +59,7 @@ class HydeRetriever:
         self.settings = settings or HydeSettings()
         self.questions = questions or QuestionSettings()
         self.weak_model = weak_model
-        self._no_questions: dict[str, float] = {}  # questions collections found missing, and when
+        self.questions_probe = QuestionsProbe(retriever)
         self.reranker = reranker
         self.domains: dict[str, Domain] = dict(self.settings.domains if domains is None else domains)
         self.generators = GeneratorPool(generator_factory)
@@ -72,6 +73,15 @@ class HydeRetriever:
     def policy_for(self, domain: Domain | None) -> HydePolicy:
         """The policy in force for a hypothesis domain (the defaults differ per domain for capable models)."""
         return HydePolicy.resolve(self.settings, self.weak_model, domain)
+
+    @property
+    def retrieval_settings(self) -> RetrievalSettings:
+        """The plain retriever's settings (query size limit, default ``top_k``, fusion)."""
+        return self.retriever.settings
+
+    def schema_for(self, collection: str) -> CollectionSchema | None:
+        """The schema configured for ``collection`` (``HYDE_SCHEMAS``), if any: how its payloads render."""
+        return self.retriever.schemas.get(collection)
 
     @property
     def weights(self) -> stages.Weights:
@@ -88,7 +98,7 @@ class HydeRetriever:
 
         def factory(domain: Domain) -> HypothesisGenerator:
             if not backends:
-                backends.append(make_llm(settings))
+                backends.append(make_llm(settings, render=render_recording))
                 instance.closers.append(backends[0].close)
             return HypothesisGenerator.for_backend(backends[0], domain, hyde=settings.hyde, llm=settings.llm, cache=cache)
 
@@ -211,7 +221,7 @@ class HydeRetriever:
                     use_hyde=policy.enabled if request.use_hyde is None else bool(request.use_hyde),
                     n_hypotheses=request.n_hypotheses or policy.n_hypotheses,
                     domain=domain, want_questions=want_questions,
-                    has_questions=want_questions and await self._has_questions(collection), policy=policy)
+                    has_questions=want_questions and await self.questions_probe.has_questions(collection), policy=policy)
 
     async def _run(self, plan: Plan, started: float) -> HydeResult:
         """The stages in order; reads like the diagram in ``stages.py``."""
@@ -316,7 +326,7 @@ class HydeRetriever:
             return docs, 0.0, ()
         started = time.perf_counter()
         head = docs[: plan.candidates]
-        schema = self.retriever.schemas.get(plan.collection)
+        schema = self.schema_for(plan.collection)
         try:
             texts = [schema.text(d.payload) if schema else payload_text(d.payload) for d in head]
             with logfire.span("hyde.rerank", candidates=len(head)):
@@ -326,23 +336,3 @@ class HydeRetriever:
             return docs, (time.perf_counter() - started) * 1000, (f"rerank failed, fused order kept: "
                                                                   f"{type(exc).__name__}: {exc}"[:300],)
         return reranked, (time.perf_counter() - started) * 1000, ()
-
-    async def _has_questions(self, collection: str) -> bool:
-        """Whether ``ingest --questions`` built the companion collection. Found once, it is remembered by
-        ``check_collection``; a missing or unreadable one is remembered for ``QUESTIONS_RECHECK_S`` (the hot
-        path neither lists collections on every search nor blocks the loop); it never fails the search."""
-        name = questions_collection(collection)
-        if self.retriever.is_checked(name):
-            return True
-        missing_since = self._no_questions.get(name)
-        if missing_since is not None and time.monotonic() - missing_since < QUESTIONS_RECHECK_S:
-            return False
-        try:
-            await asyncio.to_thread(self.retriever.check_collection, name)
-        except HydeTutorError as exc:  # missing, unreadable, built with another embedder: no questions channel
-            if not isinstance(exc, CollectionNotFoundError):
-                _log.warning("hyde-tutor: questions collection %s unusable: %s", name, exc)
-            self._no_questions[name] = time.monotonic()
-            return False
-        self._no_questions.pop(name, None)
-        return True

@@ -3,19 +3,72 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..corpus.documents import Document
+from ..corpus.documents import Document, point_id_for
+from ..errors import CollectionNotFoundError, HydeTutorError
 from ..retrieval.embedders import DenseEmbedder
-from ..corpus.ingest import MAX_QUESTIONS, question_point_id
-from .questions import QuestionGenerator
+from ..retrieval.retriever import Retriever
+from .questions import MAX_QUESTIONS, QuestionGenerator
 from ..retrieval.sparse import Bm25Encoder
 from ..retrieval.store import CollectionSpec, PointRecord, VectorStore, questions_collection
 from ..retrieval.store.base import DOC_ID_KEY, HASH_KEY
+
+_log = logging.getLogger("hyde_tutor")
+QUESTIONS_RECHECK_S = 30.0
+"""How long a missing questions collection is believed missing before the store is asked again."""
+
+
+def question_point_id(doc_id: str, index: int) -> str:
+    """Point id of a document's ``index``-th write-time question (in ``<collection>__questions``)."""
+    return point_id_for(f"{doc_id}#question-{index}")
+
+
+def sync_questions(store: VectorStore, collection: str, keep_ids: set[str]) -> None:
+    """Drop the write-time question points whose parent document left ``collection`` (``ingest --sync``
+    passes this as :func:`~hyde_tutor.corpus.ingest.ingest_documents`' ``on_sync``)."""
+    target = questions_collection(collection)
+    if target not in store.list_collections():
+        return
+    kept = {question_point_id(doc_id, i) for doc_id in keep_ids for i in range(MAX_QUESTIONS)}
+    stale = [pid for pid in store.point_ids(target) if pid not in kept]
+    if stale:
+        store.delete_points(target, stale)
+        store.finish_ingest(target)
+
+
+class QuestionsProbe:
+    """Whether ``ingest --questions`` built a collection's companion, asked of the store without blocking the
+    event loop. Found once, it is remembered by the retriever's ``check_collection``; a missing or unreadable
+    one is remembered for ``QUESTIONS_RECHECK_S`` (the hot path does not list collections on every search).
+    It never raises."""
+
+    def __init__(self, retriever: Retriever) -> None:
+        self.retriever = retriever
+        self._missing_since: dict[str, float] = {}
+
+    async def has_questions(self, collection: str) -> bool:
+        name = questions_collection(collection)
+        if self.retriever.is_checked(name):
+            return True
+        missing_since = self._missing_since.get(name)
+        if missing_since is not None and time.monotonic() - missing_since < QUESTIONS_RECHECK_S:
+            return False
+        try:
+            await asyncio.to_thread(self.retriever.check_collection, name)
+        except HydeTutorError as exc:  # missing, unreadable, built with another embedder: no questions channel
+            if not isinstance(exc, CollectionNotFoundError):
+                _log.warning("hyde-tutor: questions collection %s unusable: %s", name, exc)
+            self._missing_since[name] = time.monotonic()
+            return False
+        self._missing_since.pop(name, None)
+        return True
+
 
 @dataclass(slots=True)
 class QuestionIngestReport:

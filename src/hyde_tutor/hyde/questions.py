@@ -26,11 +26,12 @@ from tqdm import tqdm
 from ..config import LLMSettings, QuestionSettings, Settings
 from ..corpus.documents import Document
 from ..llm.generation import CallOptions, generate_text, text_call
-from ..corpus.ingest import MAX_QUESTIONS
 from ..llm.backends import LLMBackend, make_llm
 from ..llm.prompts import Prompt, load_prompt
-from ..llm.recordings import render_questions_request
+from .requests import render_questions_request, render_recording
 
+MAX_QUESTIONS = 10
+"""Questions per document at most (write-time HyDE); question point ids are numbered below it."""
 CACHE_FORMAT = 1  # bump when the cache line layout changes: old files are then ignored, not misread
 _BULLET = re.compile(r"^\s*(?:[-*•–—]+|\d{1,2}[.)]|[(]\d{1,2}[)])\s*")
 _MIN_CHARS = 8
@@ -216,5 +217,5 @@ class QuestionGenerator:
 
 def question_generator_from_settings(settings: Settings) -> tuple[QuestionGenerator, Callable[[], None]]:
     """A generator on the configured LLM backend (the embedded model starts here) and its closer."""
-    backend = make_llm(settings)
+    backend = make_llm(settings, render=render_recording)
     return QuestionGenerator.for_backend(backend, settings, cache=QuestionCache.in_data_dir(settings.data_dir)), backend.close

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2  # pydantic-ai's HTTP client for OpenAI-compatible providers
 
@@ -27,6 +27,9 @@ from .server import (QWEN_FILE, QWEN_PARTS, LlamaCppCompatTransport, LocalLlamaS
                      local_server, release_local_server)
 from .generation import CallOptions
 from .tokens import TokenCounter, gguf_counter, qwen_counter
+
+if TYPE_CHECKING:
+    from .recordings import RecordRenderer
 
 __all__ = ["LLMBackend", "LLMUnavailableError", "LocalLlamaServer", "describe_backend", "make_llm",
            "resolve_provider"]
@@ -128,8 +131,9 @@ def resolve_provider(settings: Settings | LLMSettings) -> str:
     return "local"
 
 
-def make_llm(settings: Settings) -> LLMBackend:
-    """Build the pydantic-ai model the settings ask for (starting the embedded server if needed)."""
+def make_llm(settings: Settings, *, render: RecordRenderer | None = None) -> LLMBackend:
+    """Build the pydantic-ai model the settings ask for (starting the embedded server if needed). ``render``
+    is for the ``replay`` provider: see :func:`replay_backend`."""
     llm = settings.llm
     provider = resolve_provider(settings)
     key = openai_key(settings)
@@ -144,7 +148,7 @@ def make_llm(settings: Settings) -> LLMBackend:
         return LLMBackend(model, f"{redact_url(llm.base_url)}:{llm.model}", provider,
                           extra_settings=_compat_settings(llm))
     if provider == "replay":
-        return replay_backend(llm.recordings, settings.data_dir / "models")
+        return replay_backend(llm.recordings, settings.data_dir / "models", render=render)
     server = local_server(settings)
     client = httpx2.AsyncClient(transport=LlamaCppCompatTransport(), timeout=600)
     model = _openai_chat_model(server.model_name, server.base_url, "local", client)
@@ -153,13 +157,16 @@ def make_llm(settings: Settings) -> LLMBackend:
                       token_counter=gguf_counter(server.gguf, f"{server.model_name}-gguf-vocab"))
 
 
-def replay_backend(recordings: str | None = None, models_dir: Path | None = None) -> LLMBackend:
+def replay_backend(recordings: str | None = None, models_dir: Path | None = None, *,
+                   render: RecordRenderer | None = None) -> LLMBackend:
     """The ``replay`` provider: recorded generations (``hyde-tutor record``) served by a pydantic-ai
     ``FunctionModel``. Only chosen explicitly (``HYDE_LLM__PROVIDER=replay``): it is an evaluation tool.
-    Its usage is counted with the embedded Qwen2.5's tokenizer (from ``models_dir``), labelled as such."""
+    Its usage is counted with the embedded Qwen2.5's tokenizer (from ``models_dir``), labelled as such.
+    ``render`` (:func:`hyde_tutor.hyde.requests.render_recording`) also finds records whose prompt files were
+    edited since (see :meth:`RecordingBook.load`)."""
     from .recordings import RecordingBook, ReplayModel, resolve_recordings_paths
 
-    book = RecordingBook.load(resolve_recordings_paths(recordings))
+    book = RecordingBook.load(resolve_recordings_paths(recordings), render=render)
     if not len(book):
         raise LLMUnavailableError(
             f"The recordings in {recordings or 'data/recordings/'} hold no usable generation"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,15 @@ class Prompt:
     def ref(self) -> str:
         """``name@vN``: goes into cache keys and metrics."""
         return f"{self.name}@v{self.version}"
+
+    def fill(self, values: Mapping[str, str]) -> str:
+        """The text with each ``{name}`` of ``values`` replaced, in ONE pass: a value that itself holds
+        ``{name}`` (a learner typing ``{perspective}``) stays text and is never filled in turn; other braces
+        are left as they are."""
+        if not values:
+            return self.text
+        pattern = re.compile("\\{(" + "|".join(re.escape(k) for k in values) + ")\\}")
+        return pattern.sub(lambda m: values[m.group(1)], self.text)
 
 
 def prompt_versions(name: str, directory: Path | None = None) -> list[int]:

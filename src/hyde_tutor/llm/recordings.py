@@ -9,11 +9,12 @@ queries (or documents, for write-time questions) and appends one JSON line per g
 
 The ``replay`` provider (``HYDE_LLM__PROVIDER=replay``) serves those texts through a pydantic-ai
 ``FunctionModel``, so the pipeline runs the same agent code path as with any other backend. A request
-is matched by what the model would have been sent: each record is rendered back into its system
-prompt and user message from the prompt files named in ``prompt_refs``. A request nobody recorded
-raises :class:`NotRecordedError`, which the pipeline treats like any LLM failure (fallback reason
-``not_recorded``). A record whose prompt files changed since it was made (same name and version,
-different text) is stale: it is skipped, and counted in :attr:`RecordingBook.stale`.
+is matched by what the model was sent: each record carries the hash of its system prompt and user message.
+A request nobody recorded raises :class:`NotRecordedError`, which the pipeline treats like any LLM failure
+(fallback reason ``not_recorded``). This module knows no request format: the layer that owns them
+(:mod:`hyde_tutor.hyde.requests`) passes a renderer, and a record whose prompt files changed since it was made
+(same name and version, different text) is then found stale: it is skipped, and counted in
+:attr:`RecordingBook.stale`.
 """
 
 from __future__ import annotations
@@ -21,16 +22,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import HydeTutorError
-from .prompts import Prompt, load_prompt, parse_perspectives
+from .prompts import Prompt, load_prompt
 
 RecordKind = Literal["hypothesis", "hypotheses", "questions", "condense"]
 __all__ = [
@@ -39,9 +39,13 @@ __all__ = [
     "RecordingBook",
     "ReplayModel",
     "default_recordings_paths",
-    "render_hypothesis_request",
-    "render_questions_request",
+    "PromptFiles",
+    "RecordRenderer",
 ]
+
+RecordRenderer = Callable[["Recording", "PromptFiles"], tuple[str, str]]
+"""Renders a record back into the (system prompt, user message) it answered, from the prompt files it names
+(the layer that owns the request formats provides one: :func:`hyde_tutor.hyde.requests.render_recording`)."""
 
 
 class NotRecordedError(HydeTutorError):
@@ -118,52 +122,7 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-# -- rendering a record back into the request it answered ------------------------------------------
-
-_SINGLE = re.compile(r"\{(query|perspective)\}")
-
-
-def render_hypothesis_request(request: Prompt, query: str, perspective_instruction: str) -> str:
-    """The user message of a hypothesis call: the request template filled with query and perspective in
-    ONE pass, so a learner's ``{perspective}`` stays text and is never spliced."""
-    values = {"query": query, "perspective": perspective_instruction}
-    return _SINGLE.sub(lambda m: values[m.group(1)], request.text)
-
-
-_PLACEHOLDER = re.compile(r"\{(query|perspectives|n)\}")
-
-
-def render_multi_request(request: Prompt, query: str, perspective_instructions: Sequence[str]) -> str:
-    """The user message of a one-call request for N hypotheses: the template's ``{query}``, ``{n}`` and
-    ``{perspectives}`` (a numbered list) filled in ONE pass, so braces in the learner's text stay text."""
-    listing = "\n".join(f"{i}. {text}" for i, text in enumerate(perspective_instructions, start=1))
-    values = {"query": query, "n": str(len(perspective_instructions)), "perspectives": listing}
-    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], request.text)
-
-
-_FOLLOWUP = re.compile(r"\{(conversation|query|perspective)\}")
-
-
-def render_followup_request(request: Prompt, conversation: str, query: str, perspective_instruction: str) -> str:
-    """The user message of a hypothesis call for a follow-up: the recent conversation, the question and the
-    perspective, filled in one pass."""
-    values = {"conversation": conversation, "query": query, "perspective": perspective_instruction}
-    return _FOLLOWUP.sub(lambda m: values[m.group(1)], request.text)
-
-
-_CONDENSE = re.compile(r"\{(conversation|query)\}")
-
-
-def render_condense_request(request: Prompt, conversation: str, query: str) -> str:
-    """The user message of a condense call (a follow-up rewritten as a standalone question), in one pass."""
-    values = {"conversation": conversation, "query": query}
-    return _CONDENSE.sub(lambda m: values[m.group(1)], request.text)
-
-
-def render_questions_request(request: Prompt, document_text: str, k: int | str) -> str:
-    """The user message of a write-time questions call."""
-    return request.text.replace("{document}", document_text).replace("{k}", str(k))
-
+# -- the prompt files a record names -----------------------------------------------------------------
 
 def _parse_ref(ref: str) -> tuple[str, int]:
     name, _, version = ref.partition("@v")
@@ -172,8 +131,8 @@ def _parse_ref(ref: str) -> tuple[str, int]:
     return name, int(version)
 
 
-class _PromptFiles:
-    """Prompt files by ref, loaded once (a missing version raises :class:`HydeTutorError`)."""
+class PromptFiles:
+    """Prompt files by ref (``name@vN``), loaded once (a missing version raises :class:`HydeTutorError`)."""
 
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory
@@ -184,31 +143,6 @@ class _PromptFiles:
             name, version = _parse_ref(ref)
             self._cache[ref] = load_prompt(name, version, self.directory)
         return self._cache[ref]
-
-
-def render_recording(rec: Recording, prompts: _PromptFiles) -> tuple[str, str]:
-    """(system prompt, user message) that ``rec`` answered, from the prompt files it names."""
-    if rec.kind == "condense":
-        system_ref, request_ref = rec.prompt_refs[:2]
-        return prompts.get(system_ref).text, render_condense_request(prompts.get(request_ref), rec.conversation,
-                                                                     rec.query)
-    if rec.kind == "questions":
-        system_ref, request_ref = rec.prompt_refs[:2]
-        return prompts.get(system_ref).text, render_questions_request(prompts.get(request_ref), rec.query,
-                                                                      rec.perspective)
-    system_ref, request_ref, perspectives_ref = rec.prompt_refs[:3]
-    by_name = {p.name: p.instruction for p in parse_perspectives(prompts.get(perspectives_ref).text)}
-    names = rec.perspective.split("+") if rec.kind == "hypotheses" else [rec.perspective]
-    unknown = [n for n in names if n not in by_name]
-    if unknown:
-        raise ValueError(f"perspective {unknown[0]!r} is not in {perspectives_ref}")
-    if rec.kind == "hypotheses":
-        user = render_multi_request(prompts.get(request_ref), rec.query, [by_name[n] for n in names])
-    elif rec.conversation:
-        user = render_followup_request(prompts.get(request_ref), rec.conversation, rec.query, by_name[rec.perspective])
-    else:
-        user = render_hypothesis_request(prompts.get(request_ref), rec.query, by_name[rec.perspective])
-    return prompts.get(system_ref).text, user
 
 
 # -- reading ------------------------------------------------------------------------------------------
@@ -272,22 +206,29 @@ class RecordingBook:
     models: tuple[str, ...] = ()
 
     @classmethod
-    def load(cls, paths: Iterable[str | Path], prompts_dir: Path | None = None) -> RecordingBook:
-        prompts = _PromptFiles(prompts_dir)
+    def load(cls, paths: Iterable[str | Path], prompts_dir: Path | None = None, *,
+             render: RecordRenderer | None = None) -> RecordingBook:
+        """The records in ``paths``, indexed by the hash of the request each one answered (later files and lines
+        win). A record is stale, skipped and counted, when a prompt file it names is missing, when it carries no
+        request hash, or, given ``render``, when the request rendered from today's prompt files differs from the
+        recorded one (a file edited in place). Without ``render`` such a record is kept but can never match: a
+        live request carries the edited text."""
+        prompts = PromptFiles(prompts_dir)
         book = cls()
         models: dict[str, None] = {}
         for path in paths:
             for rec in iter_recordings(Path(path)):
                 try:
-                    system, user = render_recording(rec, prompts)
+                    sha = request_sha256(*render(rec, prompts)) if render else rec.prompt_sha256
+                    for ref in rec.prompt_refs:
+                        prompts.get(ref)
                 except (HydeTutorError, ValueError):
                     book.stale += 1  # a prompt version that is not here any more
                     continue
-                sha = request_sha256(system, user)
-                if rec.prompt_sha256 and rec.prompt_sha256 != sha:
-                    book.stale += 1  # the prompt file was edited in place after recording
+                if not sha or (rec.prompt_sha256 and rec.prompt_sha256 != sha):
+                    book.stale += 1  # no hash to match by, or the prompt file was edited in place after recording
                     continue
-                book.by_request[sha] = rec  # later files and lines win
+                book.by_request[sha] = rec
                 models[rec.model] = None
         book.models = tuple(models)
         return book

@@ -36,7 +36,7 @@ from ..corpus.rendering import REFERENCE_NOTE, compact_payload
 from ..retrieval.validation import validate_collection_name, validate_query, validate_top_k
 
 __all__ = ["HydeSearchToolset", "TutorDeps", "compact_result", "hyde_capability", "run_search", "search_for_context",
-           "search_with_deps", "tool_failure_message", "tutor_instructions"]
+           "search_with_deps", "tool_failure_message", "tool_request", "tutor_instructions"]
 
 _log = logging.getLogger("hyde_tutor")
 MAX_TOOL_TOP_K = 10
@@ -55,15 +55,12 @@ def compact_result(doc: RetrievedDoc) -> dict[str, Any]:
     return compact_payload(doc.id, doc.payload)
 
 
-async def run_search(
-    ctx: RunContext[TutorDeps], tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None,
-    rerank_top_k: Any = None, hypothesis: Any = None,
-) -> ToolReturn:
+async def run_search(ctx: RunContext[TutorDeps], tool: str, request: SearchRequest) -> ToolReturn:
     """Shared body of the search tools: validate, decide HyDE, search, record, compact. The model gets the
     compact results; the hypotheses, their sources, each result's channels and the cost go to the tool
     return's metadata, for the application and never to the model."""
     ctx.deps.begin_run(getattr(ctx, "run_id", None))
-    compact, result = await _search(ctx.deps, tool, collection, query, top_k, use_hyde, rerank_top_k, hypothesis)
+    compact, result = await _search(ctx.deps, tool, request)
     return ToolReturn(return_value=compact, metadata={
         "hypotheses": [{"perspective": h.perspective, "source": h.source, "text": h.text} for h in result.hypotheses],
         "channels": {d.id: list(d.channels) for d in result.results},
@@ -73,41 +70,58 @@ async def run_search(
     })
 
 
+def tool_request(
+    tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None = None, *, rerank_top_k: Any = None,
+    hypothesis: Any = None, history: tuple[tuple[str, str], ...] = (),
+) -> SearchRequest:
+    """The :class:`SearchRequest` a call of ``tool`` makes (its domain from the tool's name: ``ko_grammar_search``
+    searches grammar). The arguments are validated when the search runs."""
+    return SearchRequest(collection=collection, text=query, top_k=top_k, use_hyde=use_hyde,
+                         rerank_candidates=rerank_top_k, domain=_tool_domain(tool), agent_hypothesis=hypothesis,
+                         history=tuple(history or ()))
+
+
 async def search_with_deps(
     deps: TutorDeps, tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None,
     rerank_top_k: Any = None, hypothesis: Any = None, history: tuple[tuple[str, str], ...] = (),
 ) -> dict[str, Any]:
-    """:func:`run_search` outside a tool call (raises ``ModelRetry`` for bad arguments): the compact results.
+    """A tool's search outside a tool call (raises ``ModelRetry`` for bad arguments): the compact results.
     ``history`` (earlier turns) makes it the conversation-aware search of a follow-up."""
-    return (await _search(deps, tool, collection, query, top_k, use_hyde, rerank_top_k, hypothesis, history))[0]
+    request = tool_request(tool, collection, query, top_k, use_hyde, rerank_top_k=rerank_top_k,
+                           hypothesis=hypothesis, history=history)
+    return (await _search(deps, tool, request))[0]
 
 
-async def _search(
-    deps: TutorDeps, tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None,
-    rerank_top_k: Any = None, hypothesis: Any = None, history: tuple[tuple[str, str], ...] = (),
-) -> tuple[dict[str, Any], HydeResult]:
-    settings = deps.retriever.retriever.settings
+def _validated(request: SearchRequest, tool: str, max_query_chars: int) -> SearchRequest:
+    """``request`` with its text and sizes checked (what the model sent may be anything); ``ModelRetry`` says
+    what to fix."""
     try:
-        text = validate_query(query, settings.max_query_chars)
-        k = validate_top_k(top_k, MAX_TOOL_TOP_K)
-        rerank = None if rerank_top_k is None else validate_top_k(rerank_top_k, MAX_RERANK_TOP_K)
+        text = validate_query(request.text, max_query_chars)
+        k = validate_top_k(request.top_k, MAX_TOOL_TOP_K)
+        rerank = request.rerank_candidates
+        rerank = None if rerank is None else validate_top_k(rerank, MAX_RERANK_TOP_K)
         if rerank is not None and rerank < k:
             raise QueryValidationError(f"rerank_top_k ({rerank}) must be at least top_k ({k}).")
+        hypothesis = request.agent_hypothesis
         if hypothesis is not None and not isinstance(hypothesis, str):
             raise QueryValidationError(f"hypothesis must be text or null, not {type(hypothesis).__name__}.")
     except QueryValidationError as exc:
         raise ModelRetry(f"{exc} Call {tool} again with corrected arguments.") from exc
+    return request.replace(text=text, top_k=k, rerank_candidates=rerank)
+
+
+async def _search(deps: TutorDeps, tool: str, request: SearchRequest) -> tuple[dict[str, Any], HydeResult]:
+    request = _validated(request, tool, deps.retriever.retrieval_settings.max_query_chars)
+    collection = request.collection
     experiment = await deps.acurrent_experiment()
-    decision = decide(use_hyde, experiment, deps.subject_id, deps.retriever.policy.enabled)
+    decision = decide(request.use_hyde, experiment, deps.subject_id, deps.retriever.policy.enabled)
     record = RetrievalRecord(decision.experiment, decision.arm, decision.use_hyde, decision.reason, tool, collection,
                              subject=deps.subject_id, requested_hyde=decision.requested, overridden=decision.overridden)
     try:
-        request = SearchRequest(collection=collection, text=text, top_k=k, use_hyde=decision.use_hyde,
-                                rerank_candidates=rerank, use_questions=decision.use_questions,
-                                domain=_tool_domain(tool), agent_hypothesis=hypothesis, history=tuple(history or ()))
-        result = await deps.retriever.execute(request)
+        result = await deps.retriever.execute(request.replace(use_hyde=decision.use_hyde,
+                                                              use_questions=decision.use_questions))
         _fill(record, result)
-        schema = deps.retriever.retriever.schemas.get(collection)
+        schema = deps.retriever.schema_for(collection)
         compact = [schema.compact(d.id, d.payload) if schema else compact_result(d) for d in result.results]
     except Exception as exc:  # every failure becomes a failed tool result: a chat turn never crashes on search
         if not isinstance(exc, HydeTutorError):  # a bug (ours, a store's, a reranker's): logged in full
@@ -121,18 +135,17 @@ async def _search(
             "fallback_reason": result.fallback_reason}, result
 
 
-async def search_for_context(deps: TutorDeps, tool: str, collection: str, query: str, top_k: int,
-                             history: tuple[tuple[str, str], ...] = ()) -> list[dict[str, Any]]:
+async def search_for_context(deps: TutorDeps, tool: str, request: SearchRequest) -> list[dict[str, Any]]:
     """A search run on the model's behalf (retrieval-first): the tools' decision, records and results,
     with no error raised: a bad query or an unavailable store gives an empty list."""
     try:
-        result = await search_with_deps(deps, tool, collection, query, top_k, None, history=history)
+        compact, _ = await _search(deps, tool, request)
     except ModelRetry:
         return []
     except ToolFailed as exc:
         deps.unavailable.append(str(exc))
         return []
-    return list(result.get("results", []))
+    return list(compact.get("results", []))
 
 
 def _fill(record: RetrievalRecord, result: HydeResult) -> None:
@@ -200,7 +213,8 @@ def _grammar_tool(name: str, collection: str) -> Callable[..., Any]:
             use_hyde: True forces HyDE (a hypothetical entry is written and searched), False forces plain
                 search, null lets the running experiment decide.
         """
-        return await run_search(ctx, name, collection, query, top_k, use_hyde, hypothesis=hypothesis)
+        return await run_search(ctx, name, SearchRequest(collection=collection, text=query, top_k=top_k, use_hyde=use_hyde,
+                                                         domain="grammar", agent_hypothesis=hypothesis))
 
     return grammar_search
 
@@ -224,7 +238,9 @@ def _docs_tool(name: str, collection: str) -> Callable[..., Any]:
                 null uses the configured default. Ignored when no reranker is configured.
             use_hyde: True forces HyDE, False forces plain search, null lets the running experiment decide.
         """
-        return await run_search(ctx, name, collection, query, top_k, use_hyde, rerank_top_k, hypothesis)
+        return await run_search(ctx, name, SearchRequest(collection=collection, text=query, top_k=top_k, use_hyde=use_hyde,
+                                                         domain="docs", rerank_candidates=rerank_top_k,
+                                                         agent_hypothesis=hypothesis))
 
     return docs_search
 

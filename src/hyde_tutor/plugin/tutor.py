@@ -23,7 +23,7 @@ from pydantic_ai.capabilities import AbstractCapability
 
 from ..llm.prompts import load_prompt
 from ..corpus.rendering import format_entries, reference_block
-from .toolset import HydeSearchToolset, TutorDeps, search_for_context, tutor_instructions
+from .toolset import HydeSearchToolset, TutorDeps, search_for_context, tool_request, tutor_instructions
 
 __all__ = ["HydeTutor", "RetrieveFirst", "TutorMode", "format_entries", "tutor_answer_instructions"]
 
@@ -59,7 +59,7 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
         for tool, collection, k in (("grammar_search", self.grammar_collection, self.grammar_top_k),
                                     ("docs_search", self.docs_collection, self.docs_top_k)):
             if collection and question:
-                found += await search_for_context(deps, tool, collection, question, k, history)
+                found += await search_for_context(deps, tool, tool_request(tool, collection, question, k, history=history))
         return found
 
     async def _found_entries(self, ctx: RunContext[TutorDeps]) -> str:

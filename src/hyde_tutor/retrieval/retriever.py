@@ -20,7 +20,7 @@ from .embedders import DenseEmbedder, embed_in_batches, make_dense_embedder
 from .sparse import Bm25Encoder, SparseVec
 from ..errors import CollectionNotFoundError
 from .schemas import CollectionSchema, FastembedBm25
-from .store import CollectionSpec, Hit, SearchRequest, VectorStore, open_store
+from .store import CollectionSpec, Hit, StoreQuery, VectorStore, open_store
 from .store.base import SPARSE
 from .validation import validate_query, validate_top_k
 
@@ -133,7 +133,7 @@ class Retriever:
     def request(
         self, encoded: EncodedQueries, row: int, limit: int, mode: SearchMode = "hybrid",
         settings: RetrievalSettings | None = None, collection: str | None = None,
-    ) -> SearchRequest:
+    ) -> StoreQuery:
         s = settings or self.settings
         schema = self.schemas.get(collection or "")
         if schema is not None:
@@ -143,7 +143,7 @@ class Retriever:
                      "id_field": schema.id_field}
         else:
             names = {}
-        return SearchRequest(
+        return StoreQuery(
             limit=limit,
             dense=encoded.dense[row].tolist() if mode in ("hybrid", "dense") else None,
             sparse=encoded.sparse[row] if mode in ("hybrid", "sparse") else None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...config import Settings
-from .base import CollectionSpec, Hit, PointRecord, SearchRequest, VectorStore, questions_collection
+from .base import CollectionSpec, Hit, PointRecord, StoreQuery, VectorStore, questions_collection
 from .client import QdrantClientStore
 from .edge import EdgeStore
 
@@ -13,7 +13,7 @@ __all__ = [
     "Hit",
     "PointRecord",
     "QdrantClientStore",
-    "SearchRequest",
+    "StoreQuery",
     "VectorStore",
     "open_store",
     "questions_collection",

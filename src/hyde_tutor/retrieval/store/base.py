@@ -56,7 +56,7 @@ class PointRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class SearchRequest:
+class StoreQuery:
     """One search. Give ``dense``, ``sparse`` or both (both = hybrid with fusion)."""
 
     limit: int
@@ -162,7 +162,7 @@ class VectorStore(Protocol):
         """Every point id in the collection (for ``ingest --sync``)."""
         ...
 
-    def search_batch(self, name: str, requests: Sequence[SearchRequest]) -> list[list[Hit]]: ...
+    def search_batch(self, name: str, requests: Sequence[StoreQuery]) -> list[list[Hit]]: ...
 
     def describe_collection(self, name: str) -> CollectionInfo:
         """Its vectors, point count and a sample payload, as the engine reports them."""

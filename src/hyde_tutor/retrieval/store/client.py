@@ -18,7 +18,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 from ...config import IndexSettings
 from ...errors import CollectionNotFoundError, StoreLockedError, StoreUnavailableError
 from ..validation import validate_collection_name
-from .base import (DENSE, HASH_KEY, SPARSE, CollectionInfo, CollectionSpec, Hit, PointRecord, SearchRequest, hit_from,
+from .base import (DENSE, HASH_KEY, SPARSE, CollectionInfo, CollectionSpec, Hit, PointRecord, StoreQuery, hit_from,
                    public_payload, ranked)
 
 SPEC_KEY = "hyde_tutor_spec"
@@ -147,7 +147,7 @@ class QdrantClientStore:
         """Servers index in the background; nothing to do."""
         validate_collection_name(name)
 
-    def search_batch(self, name: str, requests: Sequence[SearchRequest]) -> list[list[Hit]]:
+    def search_batch(self, name: str, requests: Sequence[StoreQuery]) -> list[list[Hit]]:
         validate_collection_name(name)
         if not requests:
             return []
@@ -187,7 +187,7 @@ class QdrantClientStore:
             raise
 
 
-def _client_query(req: SearchRequest, with_params: bool = True) -> models.QueryRequest:
+def _client_query(req: StoreQuery, with_params: bool = True) -> models.QueryRequest:
     params = models.SearchParams(hnsw_ef=req.hnsw_ef) if req.hnsw_ef and with_params else None
     channels: dict[str, Any] = {}
     if DENSE in req.channels:
@@ -195,7 +195,7 @@ def _client_query(req: SearchRequest, with_params: bool = True) -> models.QueryR
     if SPARSE in req.channels and req.sparse is not None:
         channels[req.sparse_name] = models.SparseVector(indices=list(req.sparse.indices), values=list(req.sparse.values))
     if not channels:
-        raise ValueError("SearchRequest needs a dense or a non-empty sparse vector")
+        raise ValueError("StoreQuery needs a dense or a non-empty sparse vector")
     if len(channels) == 1:
         (using, query), = channels.items()
         return models.QueryRequest(query=query, using=using, limit=req.limit, params=params, with_payload=True)

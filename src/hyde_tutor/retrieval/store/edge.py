@@ -23,7 +23,7 @@ import qdrant_edge as qe
 from ...config import IndexSettings
 from ...errors import CollectionNotFoundError, StoreLockedError, StoreUnavailableError
 from ..validation import validate_collection_name
-from .base import (DENSE, HASH_KEY, SPARSE, CollectionInfo, CollectionSpec, Hit, PointRecord, SearchRequest,
+from .base import (DENSE, HASH_KEY, SPARSE, CollectionInfo, CollectionSpec, Hit, PointRecord, StoreQuery,
                    public_payload, ranked)
 from .payloads import PayloadCache, scored
 
@@ -271,7 +271,7 @@ class EdgeStore:
         """Build the HNSW index now (not at first query) and flush to disk."""
         self._call(name, lambda shard: (shard.optimize(), shard.flush()))
 
-    def search_batch(self, name: str, requests: Sequence[SearchRequest]) -> list[list[Hit]]:
+    def search_batch(self, name: str, requests: Sequence[StoreQuery]) -> list[list[Hit]]:
         if not requests:
             return []
         if any(r.custom_names for r in requests):
@@ -316,14 +316,14 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _edge_query(req: SearchRequest) -> qe.QueryRequest:
+def _edge_query(req: StoreQuery) -> qe.QueryRequest:
     params = qe.SearchParams(hnsw_ef=req.hnsw_ef) if req.hnsw_ef else None
     nearest = _channel_queries(req)
     if len(nearest) == 1:
         (_, query), = nearest.items()
         return qe.QueryRequest(limit=req.limit, query=query, params=params, with_payload=False)
     if not nearest:
-        raise ValueError("SearchRequest needs a dense or a non-empty sparse vector")
+        raise ValueError("StoreQuery needs a dense or a non-empty sparse vector")
     prefetches = [qe.Prefetch(limit=req.prefetch_limit, query=q, params=params) for q in nearest.values()]
     if req.fusion == "dbsf":
         fusion: Any = qe.Fusion.Dbsf()
@@ -332,7 +332,7 @@ def _edge_query(req: SearchRequest) -> qe.QueryRequest:
     return qe.QueryRequest(limit=req.limit, prefetches=prefetches, query=fusion, with_payload=False)
 
 
-def _channel_queries(req: SearchRequest) -> dict[str, Any]:
+def _channel_queries(req: StoreQuery) -> dict[str, Any]:
     queries: dict[str, Any] = {}
     if DENSE in req.channels:
         queries[DENSE] = qe.Query.Nearest([float(x) for x in req.dense or ()], using=DENSE)
