@@ -105,25 +105,9 @@ def ingest_documents(
             store.delete_collection(collection)
     spec = _ensure_collection(collection, store, dense, sparse, documents, recreate and not swap)
     encoder = Bm25Encoder(sparse.analyzer, sparse.k1, sparse.b, spec.bm25_avg_len)
-    with tqdm(total=len(documents), desc=f"ingest {collection}", unit="doc", disable=not progress) as bar:
-        for start in range(0, len(documents), batch_size):
-            batch = list(documents[start : start + batch_size])
-            stored = store.stored_hashes(collection, [d.point_id for d in batch])
-            todo = [d for d in batch if stored.get(d.point_id) != d.content_hash]
-            report.unchanged += len(batch) - len(todo)
-            if todo:
-                store.upsert(collection, _points(todo, dense, encoder))
-                report.written += len(todo)
-            bar.update(len(batch))
+    report.written, report.unchanged = _write_changed(documents, collection, store, dense, encoder, batch_size, progress)
     if sync:
-        if not documents:
-            raise HydeTutorError(f"--sync refused: {source} has no documents; it would empty {collection!r}. "
-                                 f"To drop the collection, ingest with --recreate from the right file.")
-        keep = {d.point_id for d in documents}
-        stale = [pid for pid in store.point_ids(collection) if pid not in keep]
-        if stale:
-            store.delete_points(collection, stale)
-        report.deleted = len(stale)
+        report.deleted = _delete_departed(documents, collection, store, source)
         if on_sync is not None:
             on_sync(store, live, {d.id for d in documents})
     if report.written or report.deleted or swap:
@@ -133,6 +117,35 @@ def ingest_documents(
     report.points_in_collection = store.count(live)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _write_changed(documents: Sequence[Document], collection: str, store: VectorStore, dense: DenseEmbedder,
+                   encoder: Bm25Encoder, batch_size: int, progress: bool) -> tuple[int, int]:
+    """Upsert the documents whose content hash the store does not hold yet: (written, unchanged)."""
+    written = unchanged = 0
+    with tqdm(total=len(documents), desc=f"ingest {collection}", unit="doc", disable=not progress) as bar:
+        for start in range(0, len(documents), batch_size):
+            batch = list(documents[start : start + batch_size])
+            stored = store.stored_hashes(collection, [d.point_id for d in batch])
+            todo = [d for d in batch if stored.get(d.point_id) != d.content_hash]
+            unchanged += len(batch) - len(todo)
+            if todo:
+                store.upsert(collection, _points(todo, dense, encoder))
+                written += len(todo)
+            bar.update(len(batch))
+    return written, unchanged
+
+
+def _delete_departed(documents: Sequence[Document], collection: str, store: VectorStore, source: str) -> int:
+    """Delete the points of documents that are not in ``documents`` (an empty input is refused); how many."""
+    if not documents:
+        raise HydeTutorError(f"--sync refused: {source} has no documents; it would empty {collection!r}. "
+                             f"To drop the collection, ingest with --recreate from the right file.")
+    keep = {d.point_id for d in documents}
+    stale = [pid for pid in store.point_ids(collection) if pid not in keep]
+    if stale:
+        store.delete_points(collection, stale)
+    return len(stale)
 
 
 def rebuild_name(collection: str) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import LLMSettings
-from ..llm.generation import CallOptions, TokenUsage, generate_text, text_call
+from ..llm.generation import CallOptions, PromptedGenerator, TokenUsage, generate_text
 from ..llm.prompts import load_prompt
 from .requests import render_condense_request
 
@@ -39,7 +39,7 @@ def render_conversation(history: Sequence[Message], turns: int = RECENT_TURNS) -
                      for role, content in list(history)[-turns:])
 
 
-class Condenser:
+class Condenser(PromptedGenerator):
     """Rewrites a follow-up into a standalone question with the LLM (``prompts/condense.v<N>.md``), for search:
     «А в прошедшем?» after a question about wanting to go to Korea becomes a question that names both.
 
@@ -49,10 +49,8 @@ class Condenser:
 
     def __init__(self, model: Any, model_name: str, *, llm: LLMSettings | None = None,
                  options: CallOptions | None = None, max_tokens: int = 96) -> None:
-        self.model_name = model_name
-        self.prompt = load_prompt("condense")
-        self.request = load_prompt("condense_request")
-        self.call = text_call(model, self.prompt.text, llm or LLMSettings(), max_tokens, options)
+        super().__init__(model, model_name, load_prompt("condense"), load_prompt("condense_request"), llm=llm,
+                         max_tokens=max_tokens, options=options)
 
     @classmethod
     def for_backend(cls, backend: Any, llm: LLMSettings) -> Condenser:

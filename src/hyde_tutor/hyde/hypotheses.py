@@ -18,7 +18,7 @@ from ..errors import HydeTutorError
 from .cache import HypothesisCache, MemoryCache, cache_key
 from .domains import (DOMAINS, HANGUL, Domain, DomainProfile, echoes_query, normalise_length, split_sections,
                       strip_prompt_echo)
-from ..llm.generation import CallOptions, Generation, TokenUsage, generate_text, text_call
+from ..llm.generation import CallOptions, Generation, PromptedGenerator, TokenUsage, generate_text
 from ..llm.backends import LLMBackend
 from ..llm.prompts import Perspective, Prompt, load_prompt, parse_perspectives
 from ..llm.recordings import request_sha256
@@ -123,7 +123,7 @@ def shape_hypothesis(text: str, profile: DomainProfile, hyde: HydeSettings, prom
 
 # -- generator ------------------------------------------------------------------------------------
 
-class HypothesisGenerator:
+class HypothesisGenerator(PromptedGenerator):
     """Writes N hypotheses for a query concurrently, one per perspective, through one pydantic-ai model request each (:class:`~hyde_tutor.llm.TextCall`)."""
 
     def __init__(
@@ -144,27 +144,25 @@ class HypothesisGenerator:
             raise HydeTutorError(f"Unknown HyDE domain {domain!r}; choose one of {', '.join(DOMAINS)}.")
         self.domain = domain
         self.profile = DOMAINS[domain]
-        self.model_name = model_name
-        self.prompt = prompt or load_prompt(self.profile.prompt)
-        self.request = request or load_prompt(self.profile.request)
+        llm = llm or LLMSettings()
+        # ``options``: how the backend is called (CallOptions): a single-slot backend (the embedded llama.cpp
+        # server) has ONE gate for every caller, waited at outside the timeout, streaming and offline counting
+        super().__init__(model, model_name, prompt or load_prompt(self.profile.prompt),
+                         request or load_prompt(self.profile.request), llm=llm, max_tokens=llm.max_tokens,
+                         options=options)
         self.perspectives_prompt = load_prompt(self.profile.perspectives)
         self.perspectives = perspectives or parse_perspectives(self.perspectives_prompt.text)
         self.cache = cache or MemoryCache()
         self.hyde = hyde or HydeSettings()
         self.min_hangul_chars = min_hangul(self.profile, self.hyde)
-        llm = llm or LLMSettings()
         self.max_tokens = llm.max_tokens
         self._multi_request: Prompt | None = None
         self._followup_request: Prompt | None = None
-        # ``options``: how the backend is called (CallOptions): a single-slot backend (the embedded llama.cpp
-        # server) has ONE gate for every caller, waited at outside the timeout, streaming and offline counting
-        self.call = text_call(model, self.prompt.text, llm, llm.max_tokens, options)
 
     @property
     def max_concurrency(self) -> int | None:
         """Generations in flight at once: the backend gate's size, or None (no gate)."""
-        gates = self.call.options.gates
-        return gates.size if gates is not None else None
+        return self.gate_size
 
     @classmethod
     def for_backend(cls, backend: LLMBackend, domain: Domain, *, hyde: HydeSettings, llm: LLMSettings,
@@ -172,11 +170,6 @@ class HypothesisGenerator:
         """A generator on ``backend`` with what that backend needs: its model settings (the token budget in
         the body), its concurrency gate (the single-slot embedded server) and streaming."""
         return cls(backend.model, backend.name, domain, cache=cache, hyde=hyde, llm=llm, options=backend.call_options)
-
-    @property
-    def prompt_ref(self) -> str:
-        """Both prompt files and their versions: part of every cache key."""
-        return f"{self.prompt.ref}+{self.request.ref}"
 
     @property
     def prompt_refs(self) -> tuple[str, str, str]:

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from ..config import LLMSettings, QuestionSettings, Settings
 from ..corpus.documents import Document
-from ..llm.generation import CallOptions, generate_text, text_call
+from ..llm.generation import CallOptions, PromptedGenerator, generate_text
 from ..llm.backends import LLMBackend, make_llm
 from ..llm.prompts import Prompt, load_prompt
 from .requests import render_questions_request, render_recording
@@ -127,7 +127,7 @@ class QuestionRun:
         return [r for r in self.results.values() if r.failure]
 
 
-class QuestionGenerator:
+class QuestionGenerator(PromptedGenerator):
     """Writes K learner questions per document through pydantic-ai model requests (:class:`~hyde_tutor.llm.TextCall`); concurrent, cached, never raises."""
 
     def __init__(
@@ -143,27 +143,19 @@ class QuestionGenerator:
         options: CallOptions | None = None,
         max_concurrency: int | None = None,
     ) -> None:
-        self.model_name = model_name
         self.settings = settings or QuestionSettings()
-        self.prompt = prompt or load_prompt("questions")
-        self.request = request or load_prompt("questions_request")
+        super().__init__(model, model_name, prompt or load_prompt("questions"), request or load_prompt("questions_request"),
+                         llm=llm, max_tokens=self.settings.max_tokens, options=options)
         self.cache = cache
-        options = options or CallOptions()
-        self.max_concurrency = options.gates.size if options.gates is not None else (
-            max_concurrency or self.settings.concurrency)
+        self.max_concurrency = self.gate_size or max_concurrency or self.settings.concurrency
         """Generations in flight at once: the backend's gate (the embedded server: one request at a time for
         every caller), else a gate of this size per run."""
-        self.call = text_call(model, self.prompt.text, llm or LLMSettings(), self.settings.max_tokens, options)
 
     @classmethod
     def for_backend(cls, backend: LLMBackend, settings: Settings, *, cache: QuestionCache | None = None) -> QuestionGenerator:
         """A generator on ``backend`` with its model settings, concurrency gate and streaming."""
         return cls(backend.model, backend.name, cache=cache, settings=settings.questions, llm=settings.llm,
                    options=backend.call_options)
-
-    @property
-    def prompt_ref(self) -> str:
-        return f"{self.prompt.ref}+{self.request.ref}"
 
     def shown_text(self, document: Document) -> str:
         """The part of the document the model sees (a small local model reads slowly: keep the head)."""

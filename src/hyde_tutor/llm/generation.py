@@ -1,8 +1,10 @@
-"""One LLM call for text, shared by the hypothesis and the question generators.
+"""One LLM call for text, shared by every generator (hypotheses, write-time questions, the condenser).
 
-Both follow the same path: a text-output pydantic-ai agent, a concurrency gate (the single-slot
-embedded server), a timeout, and every failure turned into a :class:`Generation` with its reason,
-never an exception. Caching stays with each generator (their keys and stored values differ).
+Each is a :class:`PromptedGenerator`: a system prompt and a request template (versioned files) and one
+:class:`TextCall` (a pydantic-ai direct model request) made with the backend's :class:`CallOptions`: its
+concurrency gate (the single-slot embedded server), streaming and token counting. :func:`generate_text` adds
+the timeout and turns every failure into a :class:`Generation` with its reason, never an exception. Caching
+stays with each generator (their keys and stored values differ).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..config import LLMSettings
+from .prompts import Prompt
 from .recordings import NotRecordedError
 from .tokens import TokenCounter
 
@@ -119,6 +122,29 @@ def text_call(model: Any, instructions: str, llm: LLMSettings, max_tokens: int,
     options = options or CallOptions()
     return TextCall(infer_model(model), instructions, agent_model_settings(llm, max_tokens, options.extra_settings),
                     options)
+
+
+class PromptedGenerator:
+    """The front every generator stands on: a model under a name, a system prompt and a request template, and
+    one :class:`TextCall` on the backend's :class:`CallOptions` (so all of them queue at the same gate)."""
+
+    def __init__(self, model: Any, model_name: str, prompt: Prompt, request: Prompt, *, llm: LLMSettings | None,
+                 max_tokens: int, options: CallOptions | None) -> None:
+        self.model_name = model_name
+        self.prompt = prompt
+        self.request = request
+        self.call = text_call(model, prompt.text, llm or LLMSettings(), max_tokens, options)
+
+    @property
+    def prompt_ref(self) -> str:
+        """Both prompt files and their versions (``system@vN+request@vM``): part of every cache key."""
+        return f"{self.prompt.ref}+{self.request.ref}"
+
+    @property
+    def gate_size(self) -> int | None:
+        """Calls in flight at once on this backend (its gate's size), or None (no gate)."""
+        gates = self.call.options.gates
+        return gates.size if gates is not None else None
 
 
 async def generate_text(call: TextCall, user: str, *, timeout_s: float, gate: Any = None,
