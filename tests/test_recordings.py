@@ -345,3 +345,13 @@ def test_write_time_questions_record_and_replay(tmp_path: Path) -> None:
     assert run.results["g1"].questions == ["Как сказать, что я хочу поехать?", "Чем -고 싶다 отличается от -고 싶어하다?"]
     other = asyncio.run(replay.generate([Document(id="g3", text="Новый документ без записи.", payload={})], 2))
     assert other.results["g3"].failure == "not_recorded"
+
+
+def test_a_hypothesis_record_naming_too_few_prompt_files_is_stale_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "rec.jsonl"
+    _record(path, _writer_model(), queries=QUERIES[:1])
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    rows[0]["prompt_refs"] = rows[0]["prompt_refs"][:2]  # the perspectives file left out
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    book = load_recordings([path])
+    assert len(book) == len(rows) - 1 and book.stale == 1

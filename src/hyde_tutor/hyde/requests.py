@@ -55,7 +55,7 @@ def render_recording(rec: Recording, prompts: PromptFiles) -> tuple[str, str]:
         return system, render_condense_request(request, rec.conversation, rec.query)
     if rec.kind == "questions":
         return system, render_questions_request(request, rec.query, rec.perspective)
-    perspectives_ref = rec.prompt_refs[2]
+    _, _, perspectives_ref = rec.prompt_refs[:3]  # too few refs: ValueError, the record is stale
     by_name = {p.name: p.instruction for p in parse_perspectives(prompts.get(perspectives_ref).text)}
     names = rec.perspective.split("+") if rec.kind == "hypotheses" else [rec.perspective]
     unknown = [n for n in names if n not in by_name]
