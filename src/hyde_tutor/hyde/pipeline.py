@@ -217,7 +217,8 @@ class HydeRetriever:
         want_questions = self.questions.enabled if request.use_questions is None else bool(request.use_questions)
         history = tuple(request.history)
         search_text = context_query(history, text, self.retriever.settings.max_query_chars) if history else text
-        return Plan(request, text, search_text, top_k, depth, candidates, fusion,
+        return Plan(request=request, text=text, search_text=search_text, top_k=top_k, depth=depth,
+                    candidates=candidates, fusion=fusion,
                     use_hyde=policy.enabled if request.use_hyde is None else bool(request.use_hyde),
                     n_hypotheses=request.n_hypotheses or policy.n_hypotheses,
                     domain=domain, want_questions=want_questions,

@@ -12,7 +12,7 @@ from .request import SearchRequest
 from .result import FallbackReason, RetrievedDoc
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
     """What one search will do, decided before anything runs (the request with every default filled in)."""
 
