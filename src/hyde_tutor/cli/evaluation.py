@@ -93,10 +93,11 @@ def _condenser(stack: ExitStack) -> Any:
     """The ``condensed`` arm's rewriter, on the configured LLM backend (closed with the stack)."""
     from ..config import Settings
     from ..hyde.conversation import Condenser
+    from ..hyde.requests import render_recording
     from ..llm.backends import make_llm
 
     settings = Settings()
-    backend = make_llm(settings)
+    backend = make_llm(settings, render=render_recording)
     stack.callback(backend.close)
     typer.echo(f"condensed: follow-ups rewritten by {backend.name}", err=True)
     return Condenser.for_backend(backend, settings.llm)
