@@ -80,6 +80,31 @@ def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.fixture(scope="session")
+def joined_qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default local model joined from its 22 installed parts, once per test session (1.1 GB)."""
+    from hyde_tutor.llm.server import qwen_path
+
+    return qwen_path(tmp_path_factory.mktemp("shared-models"))
+
+
+@pytest.fixture()
+def default_model_env(isolated_env: Path, joined_qwen: Path) -> Path:
+    """``isolated_env`` whose data dir already holds the joined default model, as after a first use.
+
+    A hard link to the session's one join: three tests that each joined their own 1.1 GB copy filled a CI
+    disk (pytest keeps three sessions of temporary dirs)."""
+    import os
+
+    models = isolated_env / "data-dir" / "models"
+    models.mkdir(parents=True)
+    try:
+        os.link(joined_qwen, models / joined_qwen.name)
+    except OSError:  # another filesystem: a symlink reads the same
+        (models / joined_qwen.name).symlink_to(joined_qwen)
+    return isolated_env
+
+
 @pytest.fixture()
 def small_corpus(isolated_env: Path) -> Path:
     """Six bundled grammar entries as a JSONL file."""

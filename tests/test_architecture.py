@@ -118,3 +118,14 @@ def test_no_module_imports_through_the_package_root(path: Path) -> None:
             layers = set(ALLOWED) | FOUNDATION
             assert not (root and any(a.name not in layers for a in node.names)), (
                 f"{path.relative_to(PACKAGE)} line {node.lineno} imports {[a.name for a in node.names]} from the package root")
+
+
+def test_every_module_compiles_without_warnings() -> None:
+    """An invalid escape in a plain string ('\\s' in a regex) is a DeprecationWarning today and a SyntaxError
+    in a later Python: compiling with warnings as errors finds it before a user's interpreter does."""
+    import warnings
+
+    for path in _modules():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            compile(path.read_text(encoding="utf-8"), str(path), "exec")

@@ -6,6 +6,8 @@ import asyncio
 import gc
 from pathlib import Path
 
+import pytest
+
 from hyde_tutor.llm import server as server_module
 from hyde_tutor.llm.backends import LLMBackend
 from hyde_tutor.llm.server import LocalLlamaServer, LoopGates, release_local_server
@@ -138,6 +140,26 @@ def test_two_processes_joining_the_model_use_different_partial_files(monkeypatch
         import os
 
         assert str(os.getpid()) in seen[0] and seen[0].endswith(".partial")
+
+
+def test_a_full_disk_during_the_model_join_leaves_no_partial_file_and_says_what_to_do(monkeypatch,
+                                                                                     tmp_path: Path) -> None:
+    """A CI run filled the disk while joining the 1.1 GB model: the OSError came raw and the half-written
+    '.partial' file stayed behind, holding the space the next run needed."""
+    import errno
+
+    from hyde_tutor.errors import LLMUnavailableError
+
+    def full_disk(src, out, length=0):
+        out.write(src.read(4096))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(server_module.shutil, "copyfileobj", full_disk)
+    with pytest.raises(LLMUnavailableError) as caught:
+        server_module.qwen_path(tmp_path / "models")
+    message = str(caught.value)
+    assert "No space left on device" in message and "GB free" in message and "HYDE_DATA_DIR" in message
+    assert list((tmp_path / "models").iterdir()) == []  # neither a half file nor a model
 
 
 async def test_a_missing_or_broken_questions_index_is_looked_up_once_and_never_fails_the_search(retriever,

@@ -154,13 +154,13 @@ def test_notebook_runs_on_a_small_slice(isolated_env: Path, monkeypatch: pytest.
     assert sorted(p.name for p in (ROOT / "prompts").glob("hypothesis_*.md")) == repo_prompts
 
 
-def test_notebook_scores_recorded_capable_model_hypotheses_with_replay(isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_notebook_scores_recorded_capable_model_hypotheses_with_replay(default_model_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """HYDE_LLM__PROVIDER=replay: the current prompt is served the bundled recordings; a variant was never
     recorded, so it falls back (not_recorded) instead of failing."""
     ingest = CliRunner().invoke(app, ["ingest", "--collection", "grammar", "--file", str(ROOT / "data" / "grammar.jsonl")])
     assert ingest.exit_code == 0, ingest.output
-    out_dir = isolated_env / "out"
-    _run_notebook(isolated_env, monkeypatch, {
+    out_dir = default_model_env / "out"
+    _run_notebook(default_model_env, monkeypatch, {
         "HYDE_LLM__PROVIDER": "replay",
         "HYDE_LLM__RECORDINGS": str(ROOT / "data" / "recordings"),
         "TUNE_EVAL_DIR": str(ROOT / "data" / "eval"),

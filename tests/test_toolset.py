@@ -316,10 +316,10 @@ def test_readme_example_runs_verbatim(isolated_env: Path, monkeypatch: pytest.Mo
 
 
 @pytest.mark.slow
-def test_readme_example_runs_with_default_settings_on_the_embedded_model(isolated_env: Path, capsys) -> None:
+def test_readme_example_runs_with_default_settings_on_the_embedded_model(default_model_env: Path, capsys) -> None:
     """No LLM settings at all: the embedded Qwen model, search-first, HyDE off by default."""
     code = _readme_block()
-    _ingest_small_bundled(isolated_env)
+    _ingest_small_bundled(default_model_env)
     exec(compile(code, "README.md", "exec"), {})
     out = capsys.readouterr().out.strip().splitlines()
     answer, aggregates = "\n".join(out[:-1]), out[-1]
@@ -358,10 +358,10 @@ def _readme_stream_block() -> str:
 
 
 @pytest.mark.slow
-def test_readme_streaming_example_runs_with_default_settings(isolated_env: Path, capsys) -> None:
+def test_readme_streaming_example_runs_with_default_settings(default_model_env: Path, capsys) -> None:
     """The streaming block, verbatim, on the embedded model: text arrives and is printed."""
     code = _readme_stream_block()
-    _ingest_small_bundled(isolated_env)
+    _ingest_small_bundled(default_model_env)
     exec(compile(code, "README.md", "exec"), {"__name__": "__readme__"})
     out = capsys.readouterr().out
     assert len(out.strip()) > 10 and re.search("[а-яё가-힣]", out.lower())

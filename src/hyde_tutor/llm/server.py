@@ -70,10 +70,19 @@ def qwen_path(models_dir: Path) -> Path:
         parts.append(chunk)
     models_dir.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.partial")  # one join per writer
-    with tmp.open("wb") as out:
-        for chunk in parts:
-            with chunk.open("rb") as src:
-                shutil.copyfileobj(src, out, length=8 << 20)
+    try:
+        with tmp.open("wb") as out:
+            for chunk in parts:
+                with chunk.open("rb") as src:
+                    shutil.copyfileobj(src, out, length=8 << 20)
+    except OSError as exc:  # a full disk: drop the half-written file rather than leave ~1 GB of it behind
+        tmp.unlink(missing_ok=True)
+        need = sum(chunk.stat().st_size for chunk in parts)
+        raise LLMUnavailableError(
+            f"Could not join the local model into {models_dir} ({exc.strerror or exc}): it needs "
+            f"{need / 1e9:.1f} GB free there. Free some space, set HYDE_DATA_DIR to a disk with room, "
+            "or set HYDE_LLM__LOCAL_MODEL=smollm2-135m (no join)."
+        ) from exc
     with tmp.open("rb") as fh:
         if fh.read(4) != b"GGUF":
             tmp.unlink()

@@ -103,7 +103,7 @@ def _pattern_stems(pattern: str) -> list[str]:
     stems = []
     for alt in pattern.split("/"):
         core = re.sub(r"\((?:으|이|스)\)|[-~…]", "", alt).strip()
-        core = re.sub("^[ㄱ-ㅎ]+\s*", "", core)  # a lone jamo (ㄹ, ㄴ) fuses with the stem's last syllable
+        core = re.sub(r"^[ㄱ-ㅎ]+\s*", "", core)  # a lone jamo (ㄹ, ㄴ) fuses with the stem's last syllable
         core = re.sub("다$", "", core).strip()  # the dictionary ending is conjugated away
         long_enough = len(core.replace(" ", "")) >= 2
         core = re.sub("하$", "", core).strip() if long_enough else core  # 하다 contracts: 뻔하다 -> 뻔했어요
