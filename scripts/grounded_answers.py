@@ -28,7 +28,8 @@ from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.llm.backends import make_llm
 from hyde_tutor.plugin.chat import answer_turn, build_tutor_agent
-from hyde_tutor.plugin.grounding import HANGUL, names_an_entry
+from hyde_tutor.corpus.rendering import distinct_entries
+from hyde_tutor.plugin.grounding import HANGUL, chosen_entry, names_an_entry
 from hyde_tutor.plugin.monitor import Monitor
 from hyde_tutor.plugin.toolset import TutorDeps
 
@@ -48,18 +49,22 @@ def main() -> None:
     ap.add_argument("--mode", choices=["free", "grounded"], required=True)
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--temperature", type=float, help="the tutor's sampling temperature (default: the server's)")
     args = ap.parse_args()
     settings = Settings()
     patterns = {p.document.id: p.document.payload for p in iter_jsonl_documents(Path("data/grammar.jsonl"))
                 if p.document is not None}
     llm = make_llm(settings)
     hr = HydeRetriever.from_settings(settings)
-    agent = build_tutor_agent(llm, mode="retrieve-first", grounded=args.mode == "grounded")
+    extra = {} if args.temperature is None else {"temperature": args.temperature, "seed": 0}
+    agent = build_tutor_agent(llm, {**llm.extra_settings, **extra} or None, mode="retrieve-first",
+                              grounded=args.mode == "grounded")
     rows = []
     try:
         for i, (question, relevant) in enumerate(questions(args.n), start=1):
             deps = TutorDeps(retriever=hr, monitor=Monitor())
             started = time.perf_counter()
+            answer = None
             if args.mode == "free":  # the chat before: the model's free text, shown as it came
                 deps.clear_found()
                 try:
@@ -69,12 +74,19 @@ def main() -> None:
                 replaced = False
             else:
                 turn = answer_turn(agent, deps, question, max_requests=3)
-                text, replaced = turn.text, turn.replaced
+                text, replaced, answer = turn.text, turn.replaced, turn.answer
             seconds = time.perf_counter() - started
             rel = [{"pattern": patterns[d].get("pattern"), "id": d} for d in relevant if d in patterns]
             row = {"question": question, "reply": text, "seconds": round(seconds, 1), "replaced": replaced,
                    "korean": bool(HANGUL.search(text)), "relevant_pattern": names_an_entry(text, rel),
                    "refusal": bool(REFUSAL.search(text)) and bool(deps.found), "found": len(deps.found)}
+            found = distinct_entries(deps.found)
+            if answer is not None and found:  # which entry the model named, and which the reply is shown under
+                named = found[answer.entry - 1] if 1 <= answer.entry <= len(found) else found[0]
+                shown, moved = chosen_entry(answer, found)
+                row |= {"answer": answer.model_dump(), "found_ids": [e.get("id") for e in found],
+                        "named_relevant": named.get("id") in relevant, "headline_relevant": shown.get("id") in relevant,
+                        "moved": moved, "top_relevant": found[0].get("id") in relevant}
             rows.append(row)
             print(f"{i:>2} {seconds:5.1f}s ko={row['korean']:d} rel={row['relevant_pattern']:d} "
                   f"ref={row['refusal']:d} {text[:90]!r}", flush=True)
@@ -86,6 +98,9 @@ def main() -> None:
                "relevant_pattern": sum(r["relevant_pattern"] for r in rows) / n,
                "refusals": sum(r["refusal"] for r in rows) / n, "replaced": sum(r["replaced"] for r in rows) / n,
                "median_s": statistics.median(r["seconds"] for r in rows)}
+    if any("moved" in r for r in rows):  # grounded: the entry the reply is headed by, relevant or not
+        summary |= {key: sum(bool(r.get(key)) for r in rows) / n
+                    for key in ("top_relevant", "named_relevant", "headline_relevant", "moved")}
     print(json.dumps(summary, ensure_ascii=False))
     if args.json:
         args.json.write_text(json.dumps({"summary": summary, "rows": rows}, ensure_ascii=False, indent=1))

@@ -96,6 +96,8 @@ class Turn:
     """The reply's text went to ``on_text`` as it was generated (the caller has shown it already)."""
     first_token_s: float | None = None
     """Seconds from the question to the first streamed token of the reply."""
+    answer: GroundedAnswer | None = None
+    """The model's structured answer (a grounded agent), before :func:`render_answer` wrote ``text`` from it."""
 
 
 def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
@@ -140,7 +142,8 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
     return Turn(text=text, tool_calls=calls, records=tuple(_new_records(deps.monitor, before)),
                 seconds=time.perf_counter() - started, found=tuple(deps.found), messages=tuple(result.all_messages()),
                 replaced=replaced, streamed=streaming,
-                first_token_s=None if first_token is None else first_token - started)
+                first_token_s=None if first_token is None else first_token - started,
+                answer=result.output if isinstance(result.output, GroundedAnswer) else None)
 
 
 def _fallback_reply(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str, reason: str) -> str:
