@@ -8,7 +8,8 @@ and that refuse while entries were found; and the median time per turn.
     .venv/bin/python scripts/grounded_answers.py --mode free --n 40      # before: free text, no guard
     .venv/bin/python scripts/grounded_answers.py --mode grounded --n 40  # after: structured answer + guard
 
-Needs the collections (make ingest).
+Needs the collections as `make ingest` writes them (grammar entries with their patterns and examples); a data
+dir holding the BEIR-format eval corpora instead gives entries without patterns, and other figures.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.llm.backends import make_llm
 from hyde_tutor.plugin.chat import answer_turn, build_tutor_agent
 from hyde_tutor.corpus.rendering import distinct_entries
-from hyde_tutor.plugin.grounding import HANGUL, chosen_entry, names_an_entry
+from hyde_tutor.plugin.grounding import HANGUL, names_an_entry
 from hyde_tutor.plugin.monitor import Monitor
 from hyde_tutor.plugin.toolset import TutorDeps
 
@@ -81,12 +82,10 @@ def main() -> None:
                    "korean": bool(HANGUL.search(text)), "relevant_pattern": names_an_entry(text, rel),
                    "refusal": bool(REFUSAL.search(text)) and bool(deps.found), "found": len(deps.found)}
             found = distinct_entries(deps.found)
-            if answer is not None and found:  # which entry the model named, and which the reply is shown under
+            if answer is not None and found:  # the entry the model chose (the reply's headline) vs the search's top
                 named = found[answer.entry - 1] if 1 <= answer.entry <= len(found) else found[0]
-                shown, moved = chosen_entry(answer, found)
                 row |= {"answer": answer.model_dump(), "found_ids": [e.get("id") for e in found],
-                        "named_relevant": named.get("id") in relevant, "headline_relevant": shown.get("id") in relevant,
-                        "moved": moved, "top_relevant": found[0].get("id") in relevant}
+                        "named_relevant": named.get("id") in relevant, "top_relevant": found[0].get("id") in relevant}
             rows.append(row)
             print(f"{i:>2} {seconds:5.1f}s ko={row['korean']:d} rel={row['relevant_pattern']:d} "
                   f"ref={row['refusal']:d} {text[:90]!r}", flush=True)
@@ -98,9 +97,8 @@ def main() -> None:
                "relevant_pattern": sum(r["relevant_pattern"] for r in rows) / n,
                "refusals": sum(r["refusal"] for r in rows) / n, "replaced": sum(r["replaced"] for r in rows) / n,
                "median_s": statistics.median(r["seconds"] for r in rows)}
-    if any("moved" in r for r in rows):  # grounded: the entry the reply is headed by, relevant or not
-        summary |= {key: sum(bool(r.get(key)) for r in rows) / n
-                    for key in ("top_relevant", "named_relevant", "headline_relevant", "moved")}
+    if any("named_relevant" in r for r in rows):  # grounded: is the reply's headline entry relevant (qrels)?
+        summary |= {key: sum(bool(r.get(key)) for r in rows) / n for key in ("top_relevant", "named_relevant")}
     print(json.dumps(summary, ensure_ascii=False))
     if args.json:
         args.json.write_text(json.dumps({"summary": summary, "rows": rows}, ensure_ascii=False, indent=1))

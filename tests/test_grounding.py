@@ -11,7 +11,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from hyde_tutor.config import HydeSettings
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.plugin.chat import answer_turn, build_tutor_agent
-from hyde_tutor.plugin.grounding import REPLACED_LINE, GroundedAnswer, chosen_entry, ground_reply, render_answer
+from hyde_tutor.plugin.grounding import REPLACED_LINE, GroundedAnswer, ground_reply, render_answer
 from hyde_tutor.plugin.toolset import TutorDeps
 
 WANT = {"id": "g-b01", "pattern": "-고 싶다", "name": "желание «хотеть»", "explanation": "Присоединяется к основе глагола.",
@@ -85,6 +85,7 @@ def test_the_retrieve_first_chat_turn_renders_a_grounded_answer(retriever) -> No
     turn = answer_turn(agent, TutorDeps(retriever=hr), "Как сказать, что хочу поехать?")
     assert turn.model_error is None and turn.found
     assert turn.text.startswith("Подойдёт **") and "По-корейски: 가고 싶어요" in turn.text
+    assert turn.answer is not None and (turn.answer.entry, turn.answer.korean) == (1, "가고 싶어요")  # kept for the app
 
 
 def test_the_tools_chat_turn_replaces_a_reply_without_korean(retriever) -> None:
@@ -97,6 +98,7 @@ def test_the_tools_chat_turn_replaces_a_reply_without_korean(retriever) -> None:
 
     turn = answer_turn(build_tutor_agent(FunctionModel(capable), mode="tools"), TutorDeps(retriever=hr), "Хочу?")
     assert turn.replaced and turn.text.startswith(REPLACED_LINE) and any("가" <= c <= "힣" for c in turn.text)
+    assert turn.answer is None  # free text: no structured answer
 
 
 def test_a_conjugated_pattern_counts_as_naming_the_entry() -> None:
@@ -178,37 +180,3 @@ def test_when_the_model_passes_over_the_top_entry_it_is_shown_too() -> None:
     assert text.splitlines()[-1] == "См. также **-고 싶다 — желание «хотеть»**. 주말에 부산에 가고 싶어요. — На выходных я хочу поехать в Пусан."
     same = render_answer(GroundedAnswer(entry=1, korean="가고 싶어요", explanation="x"), [WANT, ALMOST])
     assert "См. также" not in same
-
-
-SAY = {"id": "g-d06", "pattern": "-다고 하다", "name": "косвенная речь", "explanation": "Передаёт чужое утверждение.",
-       "examples": [{"ko": "친구가 바쁘다고 했어요.", "ru": "Друг сказал, что занят."}]}
-AFTER = {"id": "g-c05", "pattern": "-(으)ㄴ 후에", "name": "после того как", "explanation": "Сначала одно, потом другое.",
-         "examples": [{"ko": "밥을 먹은 후에 가요.", "ru": "Пойду после еды."}]}
-SO = {"id": "g-a02", "pattern": "-아서/어서", "name": "последовательность", "explanation": "Сделал и там же сделал.",
-      "examples": [{"ko": "시장에 가서 샀어요.", "ru": "Пошёл на рынок и купил."}]}
-
-
-def test_the_sentence_the_model_wrote_decides_the_entry_when_it_named_another() -> None:
-    """`hyde-tutor chat` with the embedded model: -고 싶다 found first, the model named -다고 하다 and wrote an
-    -고 싶다 sentence, with an explanation of nothing in particular; the reply headlined -다고 하다."""
-    answer = GroundedAnswer(entry=2, korean="이제 어디로 가고 싶어요?",
-                            explanation="Конструкция используется для запроса, куда должен быть отправлен комментарий.")
-    text = render_answer(answer, [WANT, SAY, AFTER])
-    assert text.startswith("Подойдёт **-고 싶다")
-    assert "По-корейски: 이제 어디로 가고 싶어요?" in text
-    assert "Присоединяется к основе глагола." in text and "отправлен комментарий" not in text  # the entry's own
-    assert "См. также" not in text  # the headline is the top entry now
-    assert chosen_entry(answer, [WANT, SAY, AFTER]) == (WANT, True)
-    past = GroundedAnswer(entry=2, korean="이제 어디로 가고 싶었어요?", explanation="В прошедшем времени так и говорят.")
-    assert chosen_entry(past, [SAY, AFTER, WANT]) == (WANT, True)  # the follow-up: -고 싶다 ranked third
-
-
-def test_the_models_choice_stays_when_its_sentence_shows_it_or_shows_no_other_entry() -> None:
-    def chosen(entry: int, korean: str, found: list[dict]) -> tuple[dict, bool]:
-        return chosen_entry(GroundedAnswer(entry=entry, korean=korean, explanation="x"), found)
-
-    assert chosen(2, "늦을 뻔했어요", [WANT, ALMOST]) == (ALMOST, False)  # shows its own pattern
-    assert chosen(2, "시장에 가서 사고 싶어요", [WANT, SO]) == (SO, False)  # -아서 contracted into 가서 still counts
-    assert chosen(2, "그러니까 가야해요", [WANT, SAY]) == (SAY, False)  # shows no found pattern: nothing to go by
-    assert chosen(1, "을", [SAY, WANT]) == (SAY, False)  # not a sentence
-    assert chosen(5, "주말에 부산에 가고 싶어요", [SAY, WANT]) == (WANT, True)  # out of range, then the sentence

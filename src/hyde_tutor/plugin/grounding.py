@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from ..corpus.rendering import distinct_entries
 
-__all__ = ["GroundedAnswer", "chosen_entry", "distinct_entries", "ground_reply", "render_answer", "render_entry"]
+__all__ = ["GroundedAnswer", "distinct_entries", "ground_reply", "render_answer", "render_entry"]
 
 HANGUL = re.compile("[가-힣]")
 CYRILLIC = re.compile("[а-яёА-ЯЁ]")
@@ -67,12 +67,12 @@ def render_answer(answer: GroundedAnswer, entries: Sequence[dict[str, Any]]) -> 
     korean, explanation = html.unescape(answer.korean).strip(), html.unescape(answer.explanation).strip()
     if not found:
         return explanation or "В справочнике ничего не нашлось."
-    e, moved = chosen_entry(answer, found)
+    e = found[answer.entry - 1] if 1 <= answer.entry <= len(found) else found[0]
     lines = [f"Подойдёт **{_name(e)}**."]
     if len(HANGUL.findall(korean)) >= MIN_KOREAN_SYLLABLES and uses_pattern(korean, str(e.get("pattern") or "")):
         lines.append(f"По-корейски: {korean}")  # a sentence (not a stray particle) built on the chosen entry
-    if not moved and len(CYRILLIC.findall(explanation)) >= max(10, len(explanation) // 3):
-        lines.append(explanation)  # (moved: the model explained another entry than the one shown)
+    if len(CYRILLIC.findall(explanation)) >= max(10, len(explanation) // 3):
+        lines.append(explanation)
     elif e.get("explanation"):
         lines.append(str(e["explanation"])[:300])
     examples = [f"Пример: {ex['ko']} — {ex.get('ru', '')}".rstrip(" —")
@@ -86,34 +86,6 @@ def render_answer(answer: GroundedAnswer, entries: Sequence[dict[str, Any]]) -> 
                         if isinstance(ex, dict) and ex.get("ko")), "")
         lines.append(f"См. также **{_name(top)}**.{example}")
     return "\n".join(lines)
-
-
-def chosen_entry(answer: GroundedAnswer, entries: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], bool]:
-    """``(entry, moved)``: the found entry a structured answer is shown under (``entries`` non-empty).
-
-    The model's number (the top entry when out of range), unless its Korean sentence shows nothing of that
-    entry's pattern and does show another found entry's: then the sentence decides (``moved``), the longest
-    matching pattern first, then the search's order. The 1.5B model named -다고 하다 and wrote «이제 어디로 가고
-    싶어요?», an -고 싶다 sentence, with -고 싶다 found first."""
-    found = distinct_entries(entries)
-    named = answer.entry - 1 if 1 <= answer.entry <= len(found) else 0
-    korean = html.unescape(answer.korean)
-    if len(HANGUL.findall(korean)) < MIN_KOREAN_SYLLABLES or _shows(korean, str(found[named].get("pattern") or "")):
-        return found[named], False
-    shown = [(max(len(s.replace(" ", "")) for s in stems), -i) for i, e in enumerate(found)
-             if (stems := [s for s in _pattern_stems(str(e.get("pattern") or "")) if s in korean])]
-    if not shown:
-        return found[named], False
-    return found[-max(shown)[1]], True
-
-
-def _shows(korean: str, pattern: str) -> bool:
-    """Whether a sentence shows ``pattern``: one of its stems (:func:`_pattern_stems`), or a stem's tail after a
-    vowel-harmony syllable that contracts with the verb (-아서 in 가서, -았- in 갔어요). A pattern without a
-    stem of its own (``-ㄹ``, or no pattern: a document) cannot be told apart, so it counts as shown."""
-    stems = _pattern_stems(pattern)
-    contracted = [s[1:].strip() for s in stems if s[0] in "아어여았었였" and len(s.strip()) > 1]
-    return not stems or any(s in korean for s in stems + contracted)
 
 
 def uses_pattern(korean: str, pattern: str) -> bool:
