@@ -158,7 +158,7 @@ def test_a_full_disk_during_the_model_join_leaves_no_partial_file_and_says_what_
     with pytest.raises(LLMUnavailableError) as caught:
         server_module.qwen_path(tmp_path / "models")
     message = str(caught.value)
-    assert "No space left on device" in message and "GB free" in message and "HYDE_DATA_DIR" in message
+    assert "No space left on device" in message and "1.1 GB" in message and "HYDE_DATA_DIR" in message
     assert list((tmp_path / "models").iterdir()) == []  # neither a half file nor a model
 
 

@@ -75,12 +75,12 @@ def qwen_path(models_dir: Path) -> Path:
             for chunk in parts:
                 with chunk.open("rb") as src:
                     shutil.copyfileobj(src, out, length=8 << 20)
-    except OSError as exc:  # a full disk: drop the half-written file rather than leave ~1 GB of it behind
+    except OSError as exc:  # a full disk (or no write access): drop the half-written file, never ~1 GB of it
         tmp.unlink(missing_ok=True)
         need = sum(chunk.stat().st_size for chunk in parts)
         raise LLMUnavailableError(
-            f"Could not join the local model into {models_dir} ({exc.strerror or exc}): it needs "
-            f"{need / 1e9:.1f} GB free there. Free some space, set HYDE_DATA_DIR to a disk with room, "
+            f"Could not join the local model into {models_dir} ({exc.strerror or exc}); the join writes "
+            f"{need / 1e9:.1f} GB there. Free some space or set HYDE_DATA_DIR to a writable disk with room, "
             "or set HYDE_LLM__LOCAL_MODEL=smollm2-135m (no join)."
         ) from exc
     with tmp.open("rb") as fh:
