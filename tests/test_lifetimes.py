@@ -60,7 +60,7 @@ def test_generators_on_one_backend_share_one_gate_per_loop() -> None:
     docs = HypothesisGenerator.for_backend(backend, "docs", hyde=HydeSettings(), llm=LLMSettings())
 
     async def gates() -> tuple:
-        return grammar._gate(), docs._gate()
+        return grammar.call.options.gate(), docs.call.options.gate()
 
     first, second = asyncio.run(gates())
     assert first is not None and first is second  # was: one gate per domain, so both queued inside the server

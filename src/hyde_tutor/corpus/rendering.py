@@ -85,6 +85,11 @@ def _document_compact(p: dict[str, Any]) -> dict[str, Any]:
             "content": content[:MODEL_TEXT_CHARS] + ("…" if len(content) > MODEL_TEXT_CHARS else "")}
 
 
+def _topic_label(p: dict[str, Any]) -> str:
+    """``topic: subtopic`` (or ``topic: title``): the long label of documents and passages."""
+    return _joined(": ", p.get("topic"), p.get("subtopic") or p.get("title"))
+
+
 def _generic_text(p: dict[str, Any]) -> str:
     """Any payload: its string values, in order (a payload of unknown shape still reads as something)."""
     return " ".join(str(v) for k, v in p.items() if isinstance(v, str) and k != "kind")[:MODEL_TEXT_CHARS * 2]
@@ -100,14 +105,12 @@ _RENDERERS: dict[str, _Renderer] = {
                    "examples": list(p.get("examples", []))[:2]}),
     "document": _Renderer(
         frozenset({"content"}),
-        lambda p, long: (_joined(": ", p.get("topic"), p.get("subtopic") or p.get("title")) if long
-                         else str(p.get("subtopic") or p.get("title") or "")),
+        lambda p, long: _topic_label(p) if long else str(p.get("subtopic") or p.get("title") or ""),
         lambda p: f"{p.get('topic', '')}: {p.get('subtopic', '')}. {p.get('content', '')}".strip(),
         _document_compact),
     "passage": _Renderer(
         frozenset(),
-        lambda p, long: (_joined(": ", p.get("topic"), p.get("subtopic") or p.get("title")) if long
-                         else str(p.get("title") or "")),
+        lambda p, long: _topic_label(p) if long else str(p.get("title") or ""),
         lambda p: f"{p.get('title', '')} {p.get('text', '')}".strip(),
         lambda p: {"title": p.get("title"), "text": str(p.get("text", ""))[:MODEL_TEXT_CHARS]}),
     "generic": _Renderer(

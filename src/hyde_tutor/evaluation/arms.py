@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from ..hyde import FusionMode, HydeRetriever
 from ..hyde.conversation import Condenser, context_query
@@ -56,7 +56,12 @@ def raw_arm(r: Retriever, collection: str, k: int, mode: SearchMode, fusion: str
     return run
 
 
-def _text_and_history(item: Any) -> tuple[str, tuple[tuple[str, str], ...]]:
+History = tuple[tuple[str, str], ...]
+"""A query's conversation before it: ``(role, content)`` turns."""
+T = TypeVar("T")
+
+
+def _text_and_history(item: Any) -> tuple[str, History]:
     """An arm's input: a query text, or an :class:`~hyde_tutor.evaluation.beir.EvalQuery` with its history."""
     if isinstance(item, str):
         return item, ()
@@ -69,6 +74,21 @@ class _OwnLoop:
 
     def __init__(self) -> None:
         self._loop = asyncio.new_event_loop()
+
+    def _run_each(self, pairs: Sequence[tuple[str, History]], call: Callable[[str, History], Awaitable[T]],
+                  concurrency: int = 4) -> list[T]:
+        """``call(text, history)`` for each pair, ``concurrency`` at a time, on this arm's loop; in order."""
+
+        async def run() -> list[T]:
+            gate = asyncio.Semaphore(concurrency)
+
+            async def one(text: str, history: History) -> T:
+                async with gate:
+                    return await call(text, history)
+
+            return list(await asyncio.gather(*(one(t, h) for t, h in pairs)))
+
+        return self._loop.run_until_complete(run())
 
     def close(self) -> None:
         self._loop.close()
@@ -109,17 +129,7 @@ class CondensedArm(ContextArm, _OwnLoop):
 
     def __call__(self, items: Sequence[Any]) -> list[list[str]]:
         pairs = [_text_and_history(item) for item in items]
-
-        async def run() -> list[Any]:
-            gate = asyncio.Semaphore(4)
-
-            async def one(text: str, history: tuple[tuple[str, str], ...]) -> Any:
-                async with gate:
-                    return await self.condenser.condense(history, text, self.timeout_s)
-
-            return list(await asyncio.gather(*(one(t, h) for t, h in pairs)))
-
-        rewritten = self._loop.run_until_complete(run())
+        rewritten = self._run_each(pairs, lambda text, history: self.condenser.condense(history, text, self.timeout_s))
         texts = []
         for (text, history), out in zip(pairs, rewritten, strict=True):
             self.costs.setdefault(text, (out.usage.requests, out.usage.input_tokens, out.usage.output_tokens, False,
@@ -157,20 +167,11 @@ class HydeArm(_OwnLoop):
         arm = self.arm
         pairs = [_text_and_history(item) for item in items]
         keys = [getattr(item, "id", None) or text for item, (text, _) in zip(items, pairs, strict=True)]
-
-        async def run() -> list[Any]:
-            gate = asyncio.Semaphore(4)
-
-            async def one(text: str, history: tuple[tuple[str, str], ...]) -> Any:
-                async with gate:
-                    return await self.hr.execute(SearchRequest(
-                        collection=self.collection, text=text, top_k=self.k, use_hyde=arm.use_hyde, n_hypotheses=self.n,
-                        fusion=self.fusion, include_raw=arm.include_raw, use_questions=arm.use_questions,
-                        history=history))
-
-            return list(await asyncio.gather(*(one(t, h) for t, h in pairs)))
-
-        results = self._loop.run_until_complete(run())
+        request = SearchRequest(collection=self.collection, text="", top_k=self.k, use_hyde=arm.use_hyde,
+                                n_hypotheses=self.n, fusion=self.fusion, include_raw=arm.include_raw,
+                                use_questions=arm.use_questions)
+        results = self._run_each(pairs, lambda text, history: self.hr.execute(request.replace(text=text,
+                                                                                            history=history)))
         for text, res in zip(keys, results, strict=True):
             u = res.usage
             # the first run of a text is what it cost (a repeat, e.g. after the warm-up, hits the cache)
@@ -187,7 +188,6 @@ class HydeArm(_OwnLoop):
     def fallbacks(self) -> dict[str, int]:
         """How often each fallback reason occurred, over distinct queries."""
         return dict(Counter(reason for found in self.reasons.values() for reason in found))
-
 
 
 def _cost(costs: dict[str, tuple[int, int, int, bool, str]]) -> dict[str, Any]:

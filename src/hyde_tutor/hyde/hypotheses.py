@@ -255,11 +255,6 @@ class HypothesisGenerator(PromptedGenerator):
             seen.add(fingerprint)
             result.hypotheses.append(Hypothesis(shaped.text, perspective, cached))
 
-    def _gate(self) -> asyncio.Semaphore | None:
-        """This event loop's gate for a single-slot backend (shared by every generator on the same embedded
-        server); None when calls need no gate."""
-        return self.call.options.gate()
-
     async def _cache_get(self, key: str) -> str | None:
         try:
             if getattr(self.cache, "blocking", False):

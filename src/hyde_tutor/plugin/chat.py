@@ -126,8 +126,9 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
         else:
             result = _turn_loop().run_until_complete(agent.run(
                 question, deps=deps, message_history=list(history), usage_limits=UsageLimits(request_limit=max_requests)))
-        if isinstance(result.output, GroundedAnswer):
-            text, replaced = render_answer(result.output, deps.found), False
+        answer = result.output if isinstance(result.output, GroundedAnswer) else None
+        if answer is not None:
+            text, replaced = render_answer(answer, deps.found), False
         else:
             text, replaced = ground_reply(html.unescape(str(result.output or "").strip()), deps.found)
         if not text:
@@ -143,7 +144,7 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
                 seconds=time.perf_counter() - started, found=tuple(deps.found), messages=tuple(result.all_messages()),
                 replaced=replaced, streamed=streaming,
                 first_token_s=None if first_token is None else first_token - started,
-                answer=result.output if isinstance(result.output, GroundedAnswer) else None)
+                answer=answer)
 
 
 def _fallback_reply(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str, reason: str) -> str:

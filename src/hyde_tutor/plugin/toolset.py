@@ -40,6 +40,7 @@ __all__ = ["HydeSearchToolset", "TutorDeps", "compact_result", "hyde_capability"
 
 _log = logging.getLogger("hyde_tutor")
 MAX_TOOL_TOP_K = 10
+MAX_RERANK_TOP_K = 50
 TOOL_DOMAINS: dict[str, Domain] = {"grammar_search": "grammar", "docs_search": "docs"}
 """A tool knows what it searches: its hypotheses use that domain, whatever the collection is called."""
 
@@ -47,7 +48,6 @@ TOOL_DOMAINS: dict[str, Domain] = {"grammar_search": "grammar", "docs_search": "
 def _tool_domain(tool: str) -> Domain | None:
     """``ko_grammar_search`` -> ``grammar`` (prefixed tools keep their domain)."""
     return next((d for name, d in TOOL_DOMAINS.items() if tool.endswith(name)), None)
-MAX_RERANK_TOP_K = 50
 
 
 def compact_result(doc: RetrievedDoc) -> dict[str, Any]:
