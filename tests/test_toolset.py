@@ -19,7 +19,7 @@ from hyde_tutor.config import HydeSettings
 from hyde_tutor.errors import StoreUnavailableError
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
-from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
 from hyde_tutor.retrieval.retriever import Retriever
 from hyde_tutor.llm.simulated import simulated_model
 
@@ -31,8 +31,8 @@ from .test_store import DOCS
 def simulated_hyde(root: Path, embedder, bm25, latency_ms: float) -> HydeRetriever:
     """``grammar`` and ``docs`` collections in an edge store under ``root``, HyDE on a simulated LLM."""
     store = EdgeStore(root / "edge")
-    ingest_documents(DOCS, "grammar", store, embedder, bm25, progress=False)
-    ingest_documents(DOCS[3:], "docs", store, embedder, bm25, progress=False)
+    ingest_documents(DOCS, IngestRequest(collection="grammar", progress=False), store, embedder, bm25)
+    ingest_documents(DOCS[3:], IngestRequest(collection="docs", progress=False), store, embedder, bm25)
     # The simulated LLM writes one generic text for every query: fused at the capable-model weight (6) it would
     # outvote the query itself, so these plumbing tests pin the even-handed rrf policy.
     settings = HydeSettings(n_hypotheses=2, timeout_s=5, fusion="rrf", hypothesis_weight=1.0)
@@ -179,7 +179,7 @@ def test_store_folder_removed_under_a_running_toolset_is_a_failed_tool_result(tm
 
 def test_hyde_failure_never_fails_the_turn(tmp_path: Path, hash_embedder, bm25) -> None:
     store = EdgeStore(tmp_path / "e")
-    ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
+    ingest_documents(DOCS, IngestRequest(collection="grammar", progress=False), store, hash_embedder, bm25)
     dead = simulated_model(1, fail_rate=1.0)
     hr = HydeRetriever(Retriever(store, hash_embedder, bm25),
                        lambda d: HypothesisGenerator(dead, "dead", d, hyde=HydeSettings()), HydeSettings())

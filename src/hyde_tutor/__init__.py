@@ -61,6 +61,7 @@ _EXPORTS: dict[str, str] = {
     "RecordingBook": ".llm.recordings",
     "ReplayModel": ".llm.recordings",
     "IngestReport": ".corpus.ingest",
+    "IngestRequest": ".corpus.ingest",
     "ingest_documents": ".corpus.ingest",
     "ingest_file": ".corpus.ingest",
     "QuestionIngestReport": ".hyde.question_index",
@@ -117,6 +118,7 @@ __all__ = [
     "Hit",
     "HydeTutorError",
     "IngestReport",
+    "IngestRequest",
     "KoreanAwareAnalyzer",
     "OpenAIEmbedder",
     "PydanticAIEmbedder",
@@ -183,7 +185,7 @@ if TYPE_CHECKING:  # the eager imports, for type checkers and IDEs
     from .plugin.toolset import HydeSearchToolset, hyde_capability, tutor_instructions  # noqa: F401
     from .plugin.tutor import HydeTutor, RetrieveFirst  # noqa: F401
     from .llm.recordings import NotRecordedError, Recording, RecordingBook, ReplayModel  # noqa: F401
-    from .corpus.ingest import IngestReport, ingest_documents, ingest_file  # noqa: F401
+    from .corpus.ingest import IngestReport, IngestRequest, ingest_documents, ingest_file  # noqa: F401
     from .hyde.question_index import QuestionIngestReport, ingest_questions  # noqa: F401
     from .hyde.questions import QuestionCache, QuestionGenerator, parse_questions, question_generator_from_settings  # noqa: F401
     from .retrieval.retriever import Retriever  # noqa: F401

@@ -116,14 +116,15 @@ def _load(dataset: Path, limit: int | None) -> BeirDataset:
 
 
 def _ensure_collection(r: Any, collection: str, data: BeirDataset, dataset: Path, quiet: bool) -> None:
-    from ..corpus.ingest import ingest_file
+    from ..corpus.ingest import IngestRequest, ingest_file
     if collection in r.store.list_collections():
         return
     if not data.corpus_path.is_file():
         fail(f"Collection {collection!r} does not exist, and {dataset} has no corpus.jsonl to build it from. "
              f"Ingest it first: hyde-tutor ingest --collection {collection} --file PATH "
              f"(the bundled sets: data/grammar.jsonl, data/docs.jsonl).")
-    report = ingest_file(data.corpus_path, collection, r.store, r.dense, r.sparse, progress=not quiet)
+    report = ingest_file(data.corpus_path, IngestRequest(collection=collection, progress=not quiet), r.store, r.dense,
+                         r.sparse)
     typer.echo(report.summary(), err=True)
 
 

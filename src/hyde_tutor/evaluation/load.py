@@ -128,7 +128,7 @@ def load_drill(settings: Settings, *, calls: int = 400, concurrency: int = 50, l
                data: Path = Path("data"), progress: Any = None) -> LoadReport:
     """Build the bundled corpora with the configured embedder and store in a temporary folder, then run
     :func:`run_load` with a simulated LLM (N=1 hypothesis per search)."""
-    from ..corpus.ingest import ingest_documents, read_documents
+    from ..corpus.ingest import IngestRequest, ingest_documents, read_documents
     from ..hyde import HydeRetriever
     from ..hyde.cache import NoCache
     from ..hyde.hypotheses import HypothesisGenerator
@@ -148,8 +148,8 @@ def load_drill(settings: Settings, *, calls: int = 400, concurrency: int = 50, l
             for source, name in names.items():
                 docs, _ = read_documents(data / f"{source}.jsonl")
                 say(f"ingesting {len(docs)} {source} documents with {retriever.dense.name}…")
-                ingest_documents(docs, name, retriever.store, retriever.dense, retriever.sparse, recreate=True,
-                                 progress=False)
+                ingest_documents(docs, IngestRequest(collection=name, recreate=True, progress=False), retriever.store,
+                                 retriever.dense, retriever.sparse)
             queries = [json.loads(line)["text"] for source in ("grammar", "docs")
                        for line in (data / "eval" / source / "queries.jsonl").read_text(encoding="utf-8").splitlines()
                        if line.strip()]
