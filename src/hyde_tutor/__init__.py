@@ -46,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "HydeRetriever": ".hyde",
     "RetrievedDoc": ".hyde",
     "HypothesisGenerator": ".hyde.hypotheses",
+    "HypothesisPrompts": ".hyde.hypotheses",
     "LLMBackend": ".llm.backends",
     "make_llm": ".llm.backends",
     "Monitor": ".plugin.monitor",
@@ -96,6 +97,7 @@ __all__ = [
     "RecordingBook",
     "ReplayModel",
     "HypothesisGenerator",
+    "HypothesisPrompts",
     "LLMBackend",
     "Monitor",
     "ReloadableExperiment",
@@ -178,7 +180,7 @@ if TYPE_CHECKING:  # the eager imports, for type checkers and IDEs
     from .plugin.experiment import Decision, Experiment, ReloadableExperiment, decide  # noqa: F401
     from .hyde.fusion import agreement, max_score_fusion, mean_vector, protect_head, reciprocal_rank_fusion, weighted_score_fusion  # noqa: F401
     from .hyde import HydePolicy, HydeResult, HydeRetriever, RetrievedDoc  # noqa: F401
-    from .hyde.hypotheses import HypothesisGenerator  # noqa: F401
+    from .hyde.hypotheses import HypothesisGenerator, HypothesisPrompts  # noqa: F401
     from .llm.backends import LLMBackend, make_llm  # noqa: F401
     from .plugin.monitor import Monitor, RetrievalRecord  # noqa: F401
     from .plugin.deps import TutorDeps  # noqa: F401

@@ -183,11 +183,12 @@ def bench(
 
 
 def _bench_load(settings: Settings, calls: int, concurrency: int, latency_ms: float, as_json: bool) -> None:
-    from ..evaluation.load import load_drill
+    from ..evaluation.load import SimulatedLLM, load_drill
 
     say = (lambda m: typer.echo(m, err=True))
     try:
-        report = load_drill(settings, calls=calls, concurrency=concurrency, llm_latency_ms=latency_ms, progress=say)
+        report = load_drill(settings, calls=calls, concurrency=concurrency, llm=SimulatedLLM(latency_ms=latency_ms),
+                            progress=say)
     except HydeTutorError as exc:
         fail(str(exc))
     if not as_json:

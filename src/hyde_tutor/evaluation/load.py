@@ -26,7 +26,7 @@ import numpy as np
 
 from ..config import Settings
 
-__all__ = ["LoadReport", "call_tool", "load_drill", "max_loop_stall", "run_load"]
+__all__ = ["LoadReport", "SimulatedLLM", "call_tool", "load_drill", "max_loop_stall", "run_load"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,11 +123,22 @@ async def run_load(hr: Any, queries: list[str], *, calls: int = 400, concurrency
     )
 
 
-def load_drill(settings: Settings, *, calls: int = 400, concurrency: int = 50, llm_latency_ms: float = 2.0,
-               fail_rate: float = 0.2, hang_rate: float = 0.1, timeout_s: float = 1.0,
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimulatedLLM:
+    """The drill's flaky LLM (:func:`~hyde_tutor.llm.simulated.simulated_model`) and the HyDE timeout it meets."""
+
+    latency_ms: float = 2.0
+    fail_rate: float = 0.2
+    hang_rate: float = 0.1
+    timeout_s: float = 1.0
+    """HyDE's per-call timeout in the drill: a hang ends here and the search falls back."""
+
+
+def load_drill(settings: Settings, *, calls: int = 400, concurrency: int = 50, llm: SimulatedLLM = SimulatedLLM(),
                data: Path = Path("data"), progress: Any = None) -> LoadReport:
     """Build the bundled corpora with the configured embedder and store in a temporary folder, then run
     :func:`run_load` with a simulated LLM (N=1 hypothesis per search)."""
+    llm_latency_ms, fail_rate, hang_rate, timeout_s = llm.latency_ms, llm.fail_rate, llm.hang_rate, llm.timeout_s
     from ..corpus.ingest import IngestRequest, ingest_documents, read_documents
     from ..hyde import HydeRetriever
     from ..hyde.cache import NoCache
