@@ -77,6 +77,15 @@ def test_the_built_configuration_page_shows_every_setting(site: Path) -> None:
     assert setting_keys(Settings) <= shown, sorted(setting_keys(Settings) - shown)
 
 
+def test_the_readme_stays_on_one_screen_and_its_links_resolve() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 120
+    links = re.findall(r"\]\(((?!https?:)[^)#]+)(?:#[^)]*)?\)", readme)
+    assert links and all((ROOT / link).is_file() for link in links), [l for l in links if not (ROOT / l).is_file()]
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert all(link[len("docs/"):] in nav for link in links if link.startswith("docs/"))  # each is a site page
+
+
 def test_every_setting_is_on_the_configuration_page_and_in_env_example() -> None:
     page = _settings_doc().markdown()
     env_example = (ROOT / ".env.example").read_text(encoding="utf-8")
