@@ -16,6 +16,7 @@ import inspect
 import json
 import sys
 import textwrap
+import types
 import typing
 from enum import Enum
 from pathlib import Path
@@ -56,17 +57,17 @@ def type_text(annotation: Any) -> str:
         return type_text(args[0])
     if origin is typing.Literal:
         return "one of " + ", ".join(f"`{a}`" for a in args)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         kept = [a for a in args if a is not type(None)]
         text = " or ".join(type_text(a) for a in kept)
-        return f"{text} (optional)" if len(kept) < len(args) else text
+        return f"{text}, optional" if len(kept) < len(args) else text
     if origin is dict:
         return "JSON object"
     if origin is list:
         return "JSON list"
     if isinstance(annotation, type):
         if annotation.__name__ == "SecretStr":
-            return "secret (never printed)"
+            return "secret"
         if issubclass(annotation, Path):
             return "path"
         if issubclass(annotation, Enum):
