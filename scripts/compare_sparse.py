@@ -19,7 +19,7 @@ from qdrant_client import models
 from hyde_tutor.config import RetrievalSettings
 from hyde_tutor.retrieval.embedders import UseEmbedder
 from hyde_tutor.evaluation.beir import load_beir
-from hyde_tutor.corpus.ingest import ingest_documents, read_documents
+from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents, read_documents
 from hyde_tutor.evaluation.metrics import ndcg_at_k, recall_at_k
 from hyde_tutor.retrieval.retriever import Retriever
 from hyde_tutor.retrieval.schemas import CollectionSchema, FastembedBm25
@@ -43,7 +43,7 @@ def main() -> None:
             continue
         built.add(name)
         docs, _ = read_documents(Path(corpus))
-        ingest_documents(docs, f"{name}_kiwi", store, dense, kiwi, progress=False)
+        ingest_documents(docs, IngestRequest(collection=f"{name}_kiwi", progress=False), store, dense, kiwi)
         vectors = dense.embed([d.text for d in docs])
         for lang in ("russian", "english"):
             collection = f"{name}_fastembed_{lang}"

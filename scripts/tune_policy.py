@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from hyde_tutor.config import Settings
-from hyde_tutor.corpus.ingest import ingest_file
+from hyde_tutor.corpus.ingest import IngestRequest, ingest_file
 from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.evaluation.metrics import ndcg_at_k, recall_at_k
 from hyde_tutor.hyde import HydeRetriever
@@ -282,8 +282,8 @@ def main() -> None:
     listed = runner.retriever.store.list_collections()
     for _, root, collection, _ in sets:
         if collection not in listed:
-            ingest_file(Path("data/eval") / collection / "corpus.jsonl", collection, runner.retriever.store, runner.retriever.dense,
-                        runner.retriever.sparse, progress=False)
+            ingest_file(Path("data/eval") / collection / "corpus.jsonl", IngestRequest(collection=collection, progress=False),
+                        runner.retriever.store, runner.retriever.dense, runner.retriever.sparse)
     figures: dict[str, dict[str, Any]] = {}
     raw: dict[str, dict[str, float]] = {}
     for label, spec in policies.items():

@@ -137,11 +137,11 @@ def tiny_beir(isolated_env: Path, small_corpus: Path) -> Path:
 @pytest.fixture()
 def retriever(tmp_path: Path, hash_embedder: HashEmbedder, bm25: Bm25Encoder) -> Iterator[Retriever]:
     """The four test documents (``tests/test_store.DOCS``) as collection ``grammar`` in an edge store."""
-    from hyde_tutor.corpus.ingest import ingest_documents
+    from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
     from .test_store import DOCS
 
     store = EdgeStore(tmp_path / "edge")
-    ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
+    ingest_documents(DOCS, IngestRequest(collection="grammar", progress=False), store, hash_embedder, bm25)
     r = Retriever(store, hash_embedder, bm25)
     yield r
     r.close()

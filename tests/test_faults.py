@@ -71,7 +71,7 @@ from hyde_tutor import (
 from hyde_tutor.cli import app
 from hyde_tutor.config import HydeSettings, LLMSettings
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
 from hyde_tutor.retrieval.retriever import Retriever
 
 from .chat_stub import completion, send_json, serve
@@ -85,7 +85,7 @@ QUERY = "хотеть 가고 싶어요"
 
 def _ingested(root: Path, embedder: HashEmbedder, bm25: Bm25Encoder, collection: str = "grammar") -> EdgeStore:
     store = EdgeStore(root)
-    ingest_documents(DOCS, collection, store, embedder, bm25, progress=False)
+    ingest_documents(DOCS, IngestRequest(collection=collection, progress=False), store, embedder, bm25)
     return store
 
 
@@ -268,7 +268,8 @@ def deleted_mid_run_scenario(workdir: str) -> None:
         except (StoreUnavailableError, CollectionNotFoundError) as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
     report["search_after"] = errors
-    again = ingest_documents(DOCS, "grammar", hr.retriever.store, embedder, bm25, progress=False)
+    again = ingest_documents(DOCS, IngestRequest(collection="grammar", progress=False), hr.retriever.store, embedder,
+                             bm25)
     report["reingest"] = {"written": again.written, "points": again.points_in_collection}
     report["after_reingest"] = hr.retriever.search("grammar", QUERY)[0].doc_id
     hr.close()

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from hyde_tutor import EdgeStore, HydeSearchToolset, TutorDeps
 from hyde_tutor.cli import app
 from hyde_tutor.config import RetrievalSettings
-from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
 from hyde_tutor.plugin.toolset import MAX_TOOL_TOP_K
 
 from .conftest import HashEmbedder
@@ -121,7 +121,7 @@ def cli_env(isolated_env: Path, monkeypatch: pytest.MonkeyPatch, bm25) -> Path:
     monkeypatch.setattr("hyde_tutor.retrieval.retriever.make_dense_embedder", lambda s: HashEmbedder())
     monkeypatch.setattr("hyde_tutor.retrieval.retriever.Bm25Encoder", lambda **kw: bm25)
     with EdgeStore(isolated_env / "data-dir" / "edge") as store:
-        ingest_documents(DOCS, "grammar", store, HashEmbedder(), bm25, progress=False)
+        ingest_documents(DOCS, IngestRequest(collection="grammar", progress=False), store, HashEmbedder(), bm25)
     return isolated_env
 
 

@@ -14,7 +14,7 @@ from hyde_tutor import EdgeStore, QueryValidationError
 from hyde_tutor.config import HydeSettings
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
-from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
 from hyde_tutor.hyde.rerank import adaptive_threshold
 from hyde_tutor.retrieval.retriever import Retriever
 from hyde_tutor.retrieval.store import Hit
@@ -255,7 +255,7 @@ def clustered(tmp_path: Path, hash_embedder, bm25):
     docs += [Document(f"but{i}", f"-지만 противопоставление но однако 비싸지만 좋아요 вариант{i}", {}) for i in range(8)]
     docs += [Document(f"filler{i}", f"посторонний текст номер{i} слово{i} 단어{i}", {}) for i in range(40)]
     store = EdgeStore(tmp_path / "clustered")
-    ingest_documents(docs, "grammar", store, hash_embedder, bm25, progress=False)
+    ingest_documents(docs, IngestRequest(collection="grammar", progress=False), store, hash_embedder, bm25)
     r = Retriever(store, hash_embedder, bm25)
     yield r
     r.close()

@@ -251,7 +251,7 @@ def test_a_crash_while_writing_questions_never_leaves_a_document_marked_current(
     """Question ingest wrote the 'done' stamp with a document's first question, in the first batch: a crash
     after it left the document marked current with its other questions missing, and never regenerated."""
     from hyde_tutor import EdgeStore
-    from hyde_tutor.corpus.ingest import ingest_documents
+    from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
     from hyde_tutor.hyde.question_index import question_point_id
     from hyde_tutor.hyde.question_index import ingest_questions
     from hyde_tutor.retrieval.store import questions_collection
@@ -259,7 +259,7 @@ def test_a_crash_while_writing_questions_never_leaves_a_document_marked_current(
     from .test_questions import DOCS, _generator, _model
 
     store = EdgeStore(tmp_path / "edge")
-    ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
+    ingest_documents(DOCS, IngestRequest(collection="grammar", progress=False), store, hash_embedder, bm25)
     real = store.upsert
     writes = {"n": 0}
 
@@ -271,8 +271,8 @@ def test_a_crash_while_writing_questions_never_leaves_a_document_marked_current(
 
     store.upsert = crashing_upsert  # type: ignore[method-assign]
     try:
-        ingest_questions(DOCS, "grammar", store, hash_embedder, bm25, _generator(_model([]), None), 3,
-                         progress=False, batch_size=2)
+        ingest_questions(DOCS, IngestRequest(collection="grammar", questions=3, progress=False, batch_size=2), store,
+                         hash_embedder, bm25, _generator(_model([]), None))
     except KeyboardInterrupt:
         pass
     store.upsert = real  # type: ignore[method-assign]
@@ -285,8 +285,8 @@ def test_a_crash_while_writing_questions_never_leaves_a_document_marked_current(
 
             assert all(question_point_id(d.id, i) in stored for i in range(len(QUESTIONS_FOR[d.id])))
     calls: list[str] = []
-    again = ingest_questions(DOCS, "grammar", store, hash_embedder, bm25, _generator(_model(calls), None), 3,
-                             progress=False)
+    again = ingest_questions(DOCS, IngestRequest(collection="grammar", questions=3, progress=False), store, hash_embedder,
+                             bm25, _generator(_model(calls), None))
     assert again.points_in_collection == 6 and sorted(calls) == ["g1", "g2", "g3"]  # all redone: none was stamped
     store.close()
 

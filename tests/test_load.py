@@ -181,14 +181,14 @@ def test_warm_up_opens_the_collections_and_freezes_what_is_alive(tmp_path: Path,
     import gc
 
     from hyde_tutor.corpus.documents import Document
-    from hyde_tutor.corpus.ingest import ingest_documents
+    from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
     from hyde_tutor.hyde import HydeRetriever
     from hyde_tutor.retrieval.retriever import Retriever
     from hyde_tutor.retrieval.store.edge import EdgeStore
 
     store, embedder = EdgeStore(tmp_path), HashEmbedder()
-    ingest_documents([Document("g1", "-고 싶다 хотеть", {"pattern": "-고 싶다"})], "grammar", store, embedder, bm25,
-                     progress=False)
+    ingest_documents([Document("g1", "-고 싶다 хотеть", {"pattern": "-고 싶다"})],
+                     IngestRequest(collection="grammar", progress=False), store, embedder, bm25)
     hr = HydeRetriever(Retriever(store, embedder, bm25), lambda d: None)  # type: ignore[arg-type, return-value]
     calls, frozen = embedder.calls, gc.get_freeze_count()
     try:

@@ -17,7 +17,7 @@ from hyde_tutor.corpus.documents import Document
 from hyde_tutor.plugin.experiment import Experiment, decide
 from hyde_tutor.hyde import QUESTIONS, RAW, HydeRetriever
 from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
-from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
 from hyde_tutor.hyde.question_index import question_point_id
 from hyde_tutor.hyde.question_index import ingest_questions
 from hyde_tutor.hyde.questions import QuestionCache, QuestionGenerator, parse_questions
@@ -64,8 +64,9 @@ def store(tmp_path: Path):
 
 
 def _ingest_all(store, embedder, bm25, generator, k=3, docs=DOCS, **kw):
-    ingest_documents(docs, "grammar", store, embedder, bm25, progress=False)
-    return ingest_questions(docs, "grammar", store, embedder, bm25, generator, k, progress=False, **kw)
+    ingest_documents(docs, IngestRequest(collection="grammar", progress=False), store, embedder, bm25)
+    request = IngestRequest(collection="grammar", questions=k, progress=False, **kw)
+    return ingest_questions(docs, request, store, embedder, bm25, generator)
 
 
 def test_parse_questions_strips_numbering_and_drops_junk() -> None:
@@ -152,7 +153,7 @@ async def test_a_document_matched_by_several_questions_is_returned_once(store, h
 
 
 async def test_questions_channel_is_off_by_default_and_missing_index_is_not_an_error(store, hash_embedder, bm25) -> None:
-    ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
+    ingest_documents(DOCS, IngestRequest(collection="grammar", progress=False), store, hash_embedder, bm25)
     hr = _pipeline(store, hash_embedder, bm25)
     off = await hr.search("grammar", "хочу поехать", use_hyde=False)
     assert not off.used_questions and all(d.channels == (RAW,) for d in off.results)
@@ -189,11 +190,11 @@ def test_ingest_sync_drops_the_questions_of_documents_that_left(store, hash_embe
     _ingest_all(store, hash_embedder, bm25, _generator(_model([]), None))
     target = questions_collection("grammar")
     assert store.count(target) == 3 + 2 + 1
-    report = ingest_documents(DOCS[:2], "grammar", store, hash_embedder, bm25, progress=False, sync=True,
-                              on_sync=sync_questions)
+    request = IngestRequest(collection="grammar", progress=False, sync=True, on_sync=sync_questions)
+    report = ingest_documents(DOCS[:2], request, store, hash_embedder, bm25)
     assert report.deleted == 1 and store.count("grammar") == 2
     assert store.count(target) == 3 + 2  # g3's question went with it
     assert store.stored_hashes(target, [question_point_id("g3", 0)]) == {}
     # Without the hook the document ingest leaves a derived index alone.
-    ingest_documents(DOCS[:1], "grammar", store, hash_embedder, bm25, progress=False, sync=True)
+    ingest_documents(DOCS[:1], request.replace(on_sync=None), store, hash_embedder, bm25)
     assert store.count("grammar") == 1 and store.count(target) == 3 + 2

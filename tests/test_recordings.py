@@ -18,7 +18,7 @@ from pydantic_ai.models.function import FunctionModel
 from hyde_tutor.config import HydeSettings, Settings
 from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.hyde.hypotheses import DOMAINS, HypothesisGenerator, MemoryCache
+from hyde_tutor.hyde.hypotheses import DOMAINS, HypothesisGenerator, HypothesisPrompts, MemoryCache
 from hyde_tutor.hyde.requests import load_recordings
 from hyde_tutor.llm.backends import make_llm, replay_backend
 from hyde_tutor.llm.prompts import default_prompts_dir, load_prompt
@@ -49,8 +49,8 @@ def _generator(model, name: str = "live", domain: str = "grammar", prompts_dir: 
     kw = {}
     if prompts_dir is not None:
         profile = DOMAINS[domain]
-        kw = {"prompt": load_prompt(profile.prompt, directory=prompts_dir),
-              "request": load_prompt(profile.request, directory=prompts_dir)}
+        kw = {"prompts": HypothesisPrompts(system=load_prompt(profile.prompt, directory=prompts_dir),
+                                           request=load_prompt(profile.request, directory=prompts_dir))}
     return HypothesisGenerator(model, name, domain, cache=MemoryCache(), hyde=hs, **kw)  # type: ignore[arg-type]
 
 

@@ -30,7 +30,7 @@ from hyde_tutor.config import HydeSettings
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.hyde.hypotheses import HypothesisGenerator
 from hyde_tutor.hyde.cache import NoCache
-from hyde_tutor.corpus.ingest import ingest_documents, read_documents
+from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents, read_documents
 from hyde_tutor.retrieval.retriever import Retriever
 from hyde_tutor.llm.simulated import simulated_model
 
@@ -75,7 +75,7 @@ def corpus_store(tmp_path_factory: pytest.TempPathFactory):
     for name in ("grammar", "docs"):
         docs, errors = read_documents(DATA / f"{name}.jsonl")
         assert not errors
-        ingest_documents(docs, name, store, embedder, bm25, progress=False)
+        ingest_documents(docs, IngestRequest(collection=name, progress=False), store, embedder, bm25)
     yield store, embedder, bm25
     store.close()
 

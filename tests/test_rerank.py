@@ -45,13 +45,13 @@ async def test_reranker_in_the_pipeline_orders_by_cross_encoder(tiny_cross_encod
     from hyde_tutor import EdgeStore
     from hyde_tutor.config import HydeSettings
     from hyde_tutor.hyde import HydeRetriever
-    from hyde_tutor.corpus.ingest import ingest_documents
+    from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
     from hyde_tutor.retrieval.retriever import Retriever
 
     from .test_store import DOCS
 
     store = EdgeStore(tmp_path / "e")
-    ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
+    ingest_documents(DOCS, IngestRequest(collection="grammar", progress=False), store, hash_embedder, bm25)
     reranker = CrossEncoderReranker(tiny_cross_encoder)
     hr = HydeRetriever(Retriever(store, hash_embedder, bm25), lambda d: None, HydeSettings(enabled=False), reranker=reranker)  # type: ignore[arg-type,return-value]
     res = await hr.search("grammar", "хочу поехать", top_k=4)

@@ -17,7 +17,7 @@ from hyde_tutor.cli import app
 from hyde_tutor.config import HydeSettings
 from hyde_tutor.errors import EmbedderError
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
+from hyde_tutor.hyde.hypotheses import HypothesisGenerator, HypothesisPrompts, MemoryCache
 from hyde_tutor.plugin.monitor import RetrievalRecord
 from hyde_tutor.llm.prompts import Perspective
 
@@ -78,9 +78,9 @@ async def test_an_edited_perspective_is_not_served_the_old_cached_hypothesis() -
     cache = MemoryCache()
     hs = HydeSettings(n_hypotheses=1, min_hangul_chars=0)
     old = HypothesisGenerator(FunctionModel(fn), "m", "grammar", cache=cache, hyde=hs,
-                              perspectives=[Perspective("rule", "Опиши правило.")])
+                              prompts=HypothesisPrompts(perspectives=[Perspective("rule", "Опиши правило.")]))
     new = HypothesisGenerator(FunctionModel(fn), "m", "grammar", cache=cache, hyde=hs,
-                              perspectives=[Perspective("rule", "Опиши правило очень подробно.")])
+                              prompts=HypothesisPrompts(perspectives=[Perspective("rule", "Опиши правило подробно.")]))
     await old.generate("вопрос")
     await old.generate("вопрос")
     assert len(calls) == 1  # same request: cached

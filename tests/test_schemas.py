@@ -1,25 +1,19 @@
-"""Collections hyde-tutor did not build: schemas, fastembed BM25 queries, the README block."""
+"""Collections hyde-tutor did not build: schemas, fastembed BM25 queries, the docs page's block."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from hyde_tutor.retrieval.schemas import CollectionSchema, FastembedBm25
 
-from .conftest import ROOT
-
-
-def _readme_block() -> str:
-    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Use your existing Qdrant collections", 1)[1]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
+from .examples import example, run
 
 
 def test_readme_existing_collection_block_runs_verbatim(isolated_env: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.delenv("HYDE_DATA_DIR")  # the block writes to .hyde/qdrant-local, the default data dir
-    exec(compile(_readme_block(), "README.md", "exec"), {})
+    run(example("existing-collection"))
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0] == "0: -(으)ㄹ 뻔하다 — чуть не"  # the point id (no id field) and the schema's title fields
     assert len(out) == 2

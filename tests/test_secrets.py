@@ -49,7 +49,7 @@ from hyde_tutor.errors import EmbedderError
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.hyde.hypotheses import HypothesisGenerator
 from hyde_tutor.hyde.cache import NoCache
-from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
 from hyde_tutor.llm.backends import openai_key, resolve_provider
 from hyde_tutor.retrieval.retriever import Retriever
 from hyde_tutor.llm.simulated import simulated_model
@@ -144,7 +144,7 @@ def test_api_key_never_reaches_logs_metrics_or_spans(isolated_env: Path, hash_em
 
     caplog.set_level(logging.DEBUG)  # everything: httpx, openai, pydantic-ai, hyde_tutor
     store = EdgeStore(isolated_env / "edge")
-    ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
+    ingest_documents(DOCS, IngestRequest(collection="grammar", progress=False), store, hash_embedder, bm25)
     retriever = Retriever(store, hash_embedder, bm25)
     monitor = Monitor(isolated_env / "metrics.jsonl")
     outputs: list[Any] = []
@@ -218,10 +218,10 @@ class SpyStore:
 def store_with_secrets(tmp_path: Path, hash_embedder, bm25) -> Iterator[EdgeStore]:
     store = EdgeStore(tmp_path / "edge")
     for name in ("grammar", "ko_grammar"):
-        ingest_documents(DOCS, name, store, hash_embedder, bm25, progress=False)
+        ingest_documents(DOCS, IngestRequest(collection=name, progress=False), store, hash_embedder, bm25)
     leak = [Document(f"secret-{i}", f"admin password {i} secrets owner admin 가고 싶어요 {INJECTION}", {"title": "SECRET"})
             for i in range(3)]
-    ingest_documents(leak, "secrets", store, hash_embedder, bm25, progress=False)
+    ingest_documents(leak, IngestRequest(collection="secrets", progress=False), store, hash_embedder, bm25)
     yield store
     store.close()
 

@@ -17,7 +17,7 @@ from hyde_tutor import (
     StoreLockedError,
     StoreUnavailableError,
 )
-from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
 from hyde_tutor.errors import EmbedderError
 from hyde_tutor.retrieval.retriever import Retriever
 from hyde_tutor.retrieval.store import StoreQuery
@@ -33,7 +33,7 @@ DOCS = [
 
 
 def _ingest(store, embedder, bm25, docs=DOCS, **kw):
-    return ingest_documents(docs, "c", store, embedder, bm25, progress=False, **kw)
+    return ingest_documents(docs, IngestRequest(collection="c", progress=False, **kw), store, embedder, bm25)
 
 
 def test_ingest_is_idempotent_and_rewrites_changed_docs(store, hash_embedder, bm25) -> None:
@@ -154,7 +154,7 @@ def test_edge_store_with_deleted_shard_folder(tmp_path: Path, hash_embedder, bm2
 
 def test_ties_are_broken_by_doc_id(store, hash_embedder, bm25) -> None:
     twins = [Document(f"t{i}", "одинаковый текст 같은 문장", {}) for i in (3, 1, 2)]
-    ingest_documents(twins, "c", store, hash_embedder, bm25, progress=False)
+    ingest_documents(twins, IngestRequest(collection="c", progress=False), store, hash_embedder, bm25)
     for _ in range(3):
         hits = Retriever(store, hash_embedder, bm25).search("c", "одинаковый текст", top_k=3, mode="dense")
         assert [h.doc_id for h in hits] == ["t1", "t2", "t3"]
@@ -219,10 +219,11 @@ def test_recreate_builds_beside_the_live_collection_and_a_failed_rebuild_leaves_
 
     new = [Document(f"n{i}", f"новый документ {i} 새로운", {"pattern": f"n{i}"}) for i in range(5)]
     with pytest.raises(Exception, match="went away"):
-        ingest_documents(new, "c", store, Failing(dim=hash_embedder.dim, name=hash_embedder.name), bm25,
-                         recreate=True, progress=False)
+        ingest_documents(new, IngestRequest(collection="c", recreate=True, progress=False), store,
+                         Failing(dim=hash_embedder.dim, name=hash_embedder.name), bm25)
     assert store.count("c") == 4 and r.search("c", "먹고 싶어요 хотеть", top_k=1)[0].doc_id == "g1"
-    report = ingest_documents(new, "c", store, hash_embedder, bm25, recreate=True, progress=False)
+    report = ingest_documents(new, IngestRequest(collection="c", recreate=True, progress=False), store, hash_embedder,
+                              bm25)
     assert report.points_in_collection == 5 and report.collection == "c"
     assert {h.doc_id for h in r.search("c", "новый документ", top_k=10)} == {f"n{i}" for i in range(5)}
     assert store.list_collections() == ["c"]  # no staging or retired folder left

@@ -24,10 +24,10 @@ def test_only_a_lock_message_means_locked() -> None:
 
 
 def test_a_bug_inside_a_store_call_is_not_reported_as_an_outage(tmp_path: Path, hash_embedder, bm25) -> None:
-    from hyde_tutor.corpus.ingest import ingest_documents
+    from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
 
     store = EdgeStore(tmp_path / "edge")
-    ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
+    ingest_documents(DOCS, IngestRequest(collection="grammar", progress=False), store, hash_embedder, bm25)
 
     def buggy(shard):
         return shard.no_such_method()

@@ -19,20 +19,21 @@ from hyde_tutor.config import HydeSettings
 from hyde_tutor.errors import StoreUnavailableError
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
-from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
 from hyde_tutor.retrieval.retriever import Retriever
 from hyde_tutor.llm.simulated import simulated_model
 
 from .chat_stub import chat_stub
 from .conftest import ROOT
+from .examples import example, run
 from .test_store import DOCS
 
 
 def simulated_hyde(root: Path, embedder, bm25, latency_ms: float) -> HydeRetriever:
     """``grammar`` and ``docs`` collections in an edge store under ``root``, HyDE on a simulated LLM."""
     store = EdgeStore(root / "edge")
-    ingest_documents(DOCS, "grammar", store, embedder, bm25, progress=False)
-    ingest_documents(DOCS[3:], "docs", store, embedder, bm25, progress=False)
+    ingest_documents(DOCS, IngestRequest(collection="grammar", progress=False), store, embedder, bm25)
+    ingest_documents(DOCS[3:], IngestRequest(collection="docs", progress=False), store, embedder, bm25)
     # The simulated LLM writes one generic text for every query: fused at the capable-model weight (6) it would
     # outvote the query itself, so these plumbing tests pin the even-handed rrf policy.
     settings = HydeSettings(n_hypotheses=2, timeout_s=5, fusion="rrf", hypothesis_weight=1.0)
@@ -179,7 +180,7 @@ def test_store_folder_removed_under_a_running_toolset_is_a_failed_tool_result(tm
 
 def test_hyde_failure_never_fails_the_turn(tmp_path: Path, hash_embedder, bm25) -> None:
     store = EdgeStore(tmp_path / "e")
-    ingest_documents(DOCS, "grammar", store, hash_embedder, bm25, progress=False)
+    ingest_documents(DOCS, IngestRequest(collection="grammar", progress=False), store, hash_embedder, bm25)
     dead = simulated_model(1, fail_rate=1.0)
     hr = HydeRetriever(Retriever(store, hash_embedder, bm25),
                        lambda d: HypothesisGenerator(dead, "dead", d, hyde=HydeSettings()), HydeSettings())
@@ -281,12 +282,12 @@ def test_200_concurrent_tool_calls(hyde_retriever, tmp_path: Path) -> None:
 
 # -- README example ----------------------------------------------------------------------------
 
-def _readme_block() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Add HyDE to your agent", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
-    assert len(code.strip().splitlines()) <= 15
-    return code
+def _agent_block() -> str:
+    """The agent example: the README's block and the agent page's are the same code, run here once each way."""
+    readme, page = example("readme-agent"), example("agent")
+    assert readme.code == page.code, "README.md and docs/agent.md show different agent examples"
+    assert len(readme.code.strip().splitlines()) <= 15
+    return readme.code
 
 
 def _ingest_small_bundled(root: Path) -> None:
@@ -302,12 +303,12 @@ def _ingest_small_bundled(root: Path) -> None:
 
 
 def test_readme_example_runs_verbatim(isolated_env: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    code = _readme_block()
+    code = _agent_block()
     _ingest_small_bundled(isolated_env)
     with chat_stub() as (base_url, log):
         monkeypatch.setenv("HYDE_LLM__BASE_URL", base_url)
         monkeypatch.setenv("HYDE_LLM__MODEL", "stub")
-        exec(compile(code, "README.md", "exec"), {})
+        exec(compile(code, "docs/agent.md", "exec"), {})
     out = capsys.readouterr().out
     assert "Используйте конструкцию из статьи g-b01" in out  # the answer came from the tool result
     assert "ArmAggregate(count=1" in out
@@ -318,9 +319,9 @@ def test_readme_example_runs_verbatim(isolated_env: Path, monkeypatch: pytest.Mo
 @pytest.mark.slow
 def test_readme_example_runs_with_default_settings_on_the_embedded_model(default_model_env: Path, capsys) -> None:
     """No LLM settings at all: the embedded Qwen model, search-first, HyDE off by default."""
-    code = _readme_block()
+    code = _agent_block()
     _ingest_small_bundled(default_model_env)
-    exec(compile(code, "README.md", "exec"), {})
+    exec(compile(code, "docs/agent.md", "exec"), {})
     out = capsys.readouterr().out.strip().splitlines()
     answer, aggregates = "\n".join(out[:-1]), out[-1]
     assert len(answer) > 20 and re.search("[а-яё]", answer.lower())  # an answer in Russian was printed
@@ -351,17 +352,11 @@ def test_spans_nest_under_the_agent_tool_span(hyde_retriever, capfire) -> None:
     assert "hyde.search {collection}" in list(ancestors(generate))
 
 
-def _readme_stream_block() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Add HyDE to your agent", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, re.S)[1]
-
-
 @pytest.mark.slow
 def test_readme_streaming_example_runs_with_default_settings(default_model_env: Path, capsys) -> None:
     """The streaming block, verbatim, on the embedded model: text arrives and is printed."""
-    code = _readme_stream_block()
+    block = example("agent-stream")
     _ingest_small_bundled(default_model_env)
-    exec(compile(code, "README.md", "exec"), {"__name__": "__readme__"})
+    run(block)
     out = capsys.readouterr().out
     assert len(out.strip()) > 10 and re.search("[а-яё가-힣]", out.lower())

@@ -46,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "HydeRetriever": ".hyde",
     "RetrievedDoc": ".hyde",
     "HypothesisGenerator": ".hyde.hypotheses",
+    "HypothesisPrompts": ".hyde.hypotheses",
     "LLMBackend": ".llm.backends",
     "make_llm": ".llm.backends",
     "Monitor": ".plugin.monitor",
@@ -61,6 +62,7 @@ _EXPORTS: dict[str, str] = {
     "RecordingBook": ".llm.recordings",
     "ReplayModel": ".llm.recordings",
     "IngestReport": ".corpus.ingest",
+    "IngestRequest": ".corpus.ingest",
     "ingest_documents": ".corpus.ingest",
     "ingest_file": ".corpus.ingest",
     "QuestionIngestReport": ".hyde.question_index",
@@ -95,6 +97,7 @@ __all__ = [
     "RecordingBook",
     "ReplayModel",
     "HypothesisGenerator",
+    "HypothesisPrompts",
     "LLMBackend",
     "Monitor",
     "ReloadableExperiment",
@@ -117,6 +120,7 @@ __all__ = [
     "Hit",
     "HydeTutorError",
     "IngestReport",
+    "IngestRequest",
     "KoreanAwareAnalyzer",
     "OpenAIEmbedder",
     "PydanticAIEmbedder",
@@ -176,14 +180,14 @@ if TYPE_CHECKING:  # the eager imports, for type checkers and IDEs
     from .plugin.experiment import Decision, Experiment, ReloadableExperiment, decide  # noqa: F401
     from .hyde.fusion import agreement, max_score_fusion, mean_vector, protect_head, reciprocal_rank_fusion, weighted_score_fusion  # noqa: F401
     from .hyde import HydePolicy, HydeResult, HydeRetriever, RetrievedDoc  # noqa: F401
-    from .hyde.hypotheses import HypothesisGenerator  # noqa: F401
+    from .hyde.hypotheses import HypothesisGenerator, HypothesisPrompts  # noqa: F401
     from .llm.backends import LLMBackend, make_llm  # noqa: F401
     from .plugin.monitor import Monitor, RetrievalRecord  # noqa: F401
     from .plugin.deps import TutorDeps  # noqa: F401
     from .plugin.toolset import HydeSearchToolset, hyde_capability, tutor_instructions  # noqa: F401
     from .plugin.tutor import HydeTutor, RetrieveFirst  # noqa: F401
     from .llm.recordings import NotRecordedError, Recording, RecordingBook, ReplayModel  # noqa: F401
-    from .corpus.ingest import IngestReport, ingest_documents, ingest_file  # noqa: F401
+    from .corpus.ingest import IngestReport, IngestRequest, ingest_documents, ingest_file  # noqa: F401
     from .hyde.question_index import QuestionIngestReport, ingest_questions  # noqa: F401
     from .hyde.questions import QuestionCache, QuestionGenerator, parse_questions, question_generator_from_settings  # noqa: F401
     from .retrieval.retriever import Retriever  # noqa: F401

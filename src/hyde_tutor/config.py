@@ -87,7 +87,7 @@ class OpenAISettings(BaseModel):
         None, description="The OpenAI key, for the LLM and for embeddings (falls back to OPENAI_API_KEY)."
     )
     base_url: str | None = Field(None, description="Base URL of an OpenAI-compatible embeddings server.")
-    timeout_s: float = Field(30.0, gt=0)
+    timeout_s: float = Field(30.0, gt=0, description="Request timeout (seconds) of the OpenAI embeddings client.")
 
     def key(self) -> str | None:
         """The key in use: ``api_key``, else the ``OPENAI_API_KEY`` environment variable."""

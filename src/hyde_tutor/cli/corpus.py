@@ -16,6 +16,7 @@ from .app import app, fail, open_retriever, read_queries
 
 
 if TYPE_CHECKING:
+    from ..corpus.ingest import IngestRequest
     from ..retrieval.retriever import Retriever
 
 
@@ -33,21 +34,21 @@ def ingest(
         "--sync", help="Also delete the points of documents that are no longer in the file (reports how many).")] = False,
 ) -> None:
     """Ingest a JSONL file. Re-running writes only new or changed documents (and their questions)."""
-    from ..corpus.ingest import ingest_file
+    from ..corpus.ingest import IngestRequest, ingest_file
     from ..hyde.question_index import sync_questions
     settings = Settings()
+    request = IngestRequest(collection=collection, recreate=recreate, batch_size=settings.index.batch_size, sync=sync,
+                            on_sync=sync_questions, questions=questions or 0, regenerate=regenerate)
     with open_retriever() as r:
-        report = ingest_file(file, collection, r.store, r.dense, r.sparse, recreate=recreate,
-                             batch_size=settings.index.batch_size, sync=sync, on_sync=sync_questions)
+        report = ingest_file(file, request, r.store, r.dense, r.sparse)
         typer.echo(report.summary())
-        if questions:
-            typer.echo(_ingest_questions(settings, r, file, collection, questions, regenerate, recreate))
+        if request.questions:
+            typer.echo(_ingest_questions(settings, r, file, request))
     if not report.ok:
         raise typer.Exit(1)
 
 
-def _ingest_questions(settings: Settings, r: Retriever, file: Path, collection: str, k: int, regenerate: bool,
-                      recreate: bool) -> str:
+def _ingest_questions(settings: Settings, r: Retriever, file: Path, request: IngestRequest) -> str:
     from ..corpus.ingest import read_documents
     from ..hyde.question_index import ingest_questions
     from ..hyde.questions import question_generator_from_settings
@@ -55,8 +56,7 @@ def _ingest_questions(settings: Settings, r: Retriever, file: Path, collection: 
     documents, _ = read_documents(file)
     generator, close = question_generator_from_settings(settings)
     try:
-        report = ingest_questions(documents, collection, r.store, r.dense, r.sparse, generator, k,
-                                  regenerate=regenerate, recreate=recreate, batch_size=settings.index.batch_size)
+        report = ingest_questions(documents, request, r.store, r.dense, r.sparse, generator)
     finally:
         close()
     return report.summary()

@@ -116,14 +116,15 @@ def _load(dataset: Path, limit: int | None) -> BeirDataset:
 
 
 def _ensure_collection(r: Any, collection: str, data: BeirDataset, dataset: Path, quiet: bool) -> None:
-    from ..corpus.ingest import ingest_file
+    from ..corpus.ingest import IngestRequest, ingest_file
     if collection in r.store.list_collections():
         return
     if not data.corpus_path.is_file():
         fail(f"Collection {collection!r} does not exist, and {dataset} has no corpus.jsonl to build it from. "
              f"Ingest it first: hyde-tutor ingest --collection {collection} --file PATH "
              f"(the bundled sets: data/grammar.jsonl, data/docs.jsonl).")
-    report = ingest_file(data.corpus_path, collection, r.store, r.dense, r.sparse, progress=not quiet)
+    report = ingest_file(data.corpus_path, IngestRequest(collection=collection, progress=not quiet), r.store, r.dense,
+                         r.sparse)
     typer.echo(report.summary(), err=True)
 
 
@@ -182,11 +183,12 @@ def bench(
 
 
 def _bench_load(settings: Settings, calls: int, concurrency: int, latency_ms: float, as_json: bool) -> None:
-    from ..evaluation.load import load_drill
+    from ..evaluation.load import SimulatedLLM, load_drill
 
     say = (lambda m: typer.echo(m, err=True))
     try:
-        report = load_drill(settings, calls=calls, concurrency=concurrency, llm_latency_ms=latency_ms, progress=say)
+        report = load_drill(settings, calls=calls, concurrency=concurrency, llm=SimulatedLLM(latency_ms=latency_ms),
+                            progress=say)
     except HydeTutorError as exc:
         fail(str(exc))
     if not as_json:

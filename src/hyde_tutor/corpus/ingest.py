@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -70,31 +72,66 @@ def read_documents(path: Path) -> tuple[list[Document], list[CorpusFormatError]]
     return list(docs.values()), errors
 
 
-def ingest_documents(
-    documents: Sequence[Document],
-    collection: str,
-    store: VectorStore,
-    dense: DenseEmbedder,
-    sparse: Bm25Encoder,
-    *,
-    recreate: bool = False,
-    batch_size: int = 64,
-    progress: bool = True,
-    source: str = "<memory>",
-    sync: bool = False,
-    on_sync: Callable[[VectorStore, str, set[str]], None] | None = None,
-) -> IngestReport:
-    """Write ``documents`` into ``collection``; re-running with the same input writes nothing.
-
-    ``sync`` also deletes the points of documents that are no longer in ``documents`` (refused when
-    the input had bad lines: a document on a bad line is not gone, it is unreadable). ``recreate`` builds the
-    collection anew; on a store that can swap collections (the embedded one) it is built beside the live one
-    (``<name>.rebuild``) and swapped in when complete, so searches meanwhile, and a rebuild that fails, see the
-    old collection. A Qdrant server's collection is still dropped first.
-
-    ``on_sync(store, collection, kept_doc_ids)`` runs after a sync deleted what left: an index derived from the
-    documents (write-time questions: :func:`hyde_tutor.hyde.question_index.sync_questions`) drops its share.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IngestRequest:
+    """One ingest, as one value: where the documents go and how (made once where an ingest enters: the CLI,
+    a benchmark, a test) and passed whole to :func:`ingest_documents`, :func:`ingest_file` and
+    :func:`~hyde_tutor.hyde.question_index.ingest_questions`. A changed copy comes from :meth:`replace`.
     """
+
+    collection: str
+    """The collection to write into (write-time questions go to ``<collection>__questions``)."""
+    recreate: bool = False
+    """Build the collection anew (on a store that can swap collections, beside the live one; see
+    :func:`ingest_documents`). With questions: drop the questions collection first."""
+    batch_size: int = 64
+    """Documents (or questions) embedded and upserted per store call."""
+    progress: bool = True
+    """Show a progress bar on stderr."""
+    source: str = "<memory>"
+    """Where the documents came from, for the report and errors (:func:`ingest_file` sets the path)."""
+    sync: bool = False
+    """Also delete the points of documents no longer in the input (refused when the input had bad lines)."""
+    on_sync: Callable[[VectorStore, str, set[str]], None] | None = None
+    """Runs after a sync deleted what left, as ``on_sync(store, collection, kept_doc_ids)``: an index derived
+    from the documents (write-time questions: :func:`hyde_tutor.hyde.question_index.sync_questions`) drops its
+    share."""
+    questions: int = 0
+    """Write-time questions per document for :func:`~hyde_tutor.hyde.question_index.ingest_questions`
+    (0: none)."""
+    regenerate: bool = False
+    """With questions: ignore the question cache and ask the LLM again."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise HydeTutorError(f"IngestRequest.batch_size must be at least 1, got {self.batch_size}.")
+        if self.questions < 0:
+            raise HydeTutorError(f"IngestRequest.questions must be 0 (none) or more, got {self.questions}.")
+
+    def replace(self, **changes: Any) -> IngestRequest:
+        return dataclasses.replace(self, **changes)
+
+
+def ingest_documents(
+    documents: Sequence[Document], request: IngestRequest, store: VectorStore, dense: DenseEmbedder, sparse: Bm25Encoder
+) -> IngestReport:
+    """Write ``documents`` into ``request.collection``; re-running with the same input writes nothing.
+
+    ``request.sync`` also deletes the points of documents that are no longer in ``documents`` (refused when
+    the input had bad lines: a document on a bad line is not gone, it is unreadable). ``request.recreate``
+    builds the collection anew; on a store that can swap collections (the embedded one) it is built beside the
+    live one (``<name>.rebuild``) and swapped in when complete, so searches meanwhile, and a rebuild that fails,
+    see the old collection. A Qdrant server's collection is still dropped first.
+
+    Args:
+        documents: The parsed documents (:func:`read_documents`).
+        request: The collection and the ingest options.
+        store: Where the points go.
+        dense: The dense embedder the collection is (or will be) built with.
+        sparse: The BM25 encoder; the collection's average length is set from the first ingest.
+    """
+    collection, recreate, sync, on_sync = request.collection, request.recreate, request.sync, request.on_sync
+    batch_size, progress, source = request.batch_size, request.progress, request.source
     started = time.perf_counter()
     report = IngestReport(collection=collection, source=source, documents=len(documents))
     live = collection
@@ -153,15 +190,17 @@ def rebuild_name(collection: str) -> str:
     return f"{collection}.rebuild"
 
 
-def ingest_file(path: Path, collection: str, store: VectorStore, dense: DenseEmbedder, sparse: Bm25Encoder, **kwargs: object) -> IngestReport:
-    """Read a JSONL file (project formats or BEIR corpus) and ingest it."""
+def ingest_file(
+    path: Path, request: IngestRequest, store: VectorStore, dense: DenseEmbedder, sparse: Bm25Encoder
+) -> IngestReport:
+    """Read a JSONL file (project formats or BEIR corpus) and ingest it (``request.source`` becomes the path)."""
     documents, errors = read_documents(Path(path))
-    if kwargs.get("sync") and errors:
+    if request.sync and errors:
         raise HydeTutorError(
             f"--sync refused: {path} has {len(errors)} bad line(s) (first: {errors[0]}); a document on a bad line "
             "would be deleted from the collection. Fix the lines, or ingest without --sync."
         )
-    report = ingest_documents(documents, collection, store, dense, sparse, source=str(path), **kwargs)  # type: ignore[arg-type]
+    report = ingest_documents(documents, request.replace(source=str(path)), store, dense, sparse)
     report.bad_lines = errors
     return report
 

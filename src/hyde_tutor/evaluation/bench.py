@@ -20,7 +20,7 @@ from tqdm import tqdm
 from ..config import IndexSettings, RetrievalSettings
 from ..corpus.documents import Document
 from ..retrieval.embedders import DenseEmbedder, embed_in_batches
-from ..corpus.ingest import ingest_documents
+from ..corpus.ingest import IngestRequest, ingest_documents
 from ..retrieval.sparse import Bm25Encoder, SparseVec
 from ..retrieval.store import CollectionSpec, EdgeStore, PointRecord, StoreQuery
 
@@ -53,7 +53,8 @@ def embedding_throughput(dense: DenseEmbedder, sparse: Bm25Encoder, texts: Seque
 
 def ingest_throughput(docs: Sequence[Document], dense: DenseEmbedder, sparse: Bm25Encoder, workdir: Path) -> list[BenchRow]:
     with EdgeStore(workdir / "ingest") as store:
-        report = ingest_documents(docs, "bench_ingest", store, dense, sparse, recreate=True, progress=False)
+        request = IngestRequest(collection="bench_ingest", recreate=True, progress=False)
+        report = ingest_documents(docs, request, store, dense, sparse)
     return [BenchRow(f"ingest {len(docs)} docs (embed + index)", report.written / report.seconds, "docs/s")]
 
 

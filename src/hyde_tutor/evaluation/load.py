@@ -26,7 +26,7 @@ import numpy as np
 
 from ..config import Settings
 
-__all__ = ["LoadReport", "call_tool", "load_drill", "max_loop_stall", "run_load"]
+__all__ = ["LoadReport", "SimulatedLLM", "call_tool", "load_drill", "max_loop_stall", "run_load"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,12 +123,23 @@ async def run_load(hr: Any, queries: list[str], *, calls: int = 400, concurrency
     )
 
 
-def load_drill(settings: Settings, *, calls: int = 400, concurrency: int = 50, llm_latency_ms: float = 2.0,
-               fail_rate: float = 0.2, hang_rate: float = 0.1, timeout_s: float = 1.0,
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimulatedLLM:
+    """The drill's flaky LLM (:func:`~hyde_tutor.llm.simulated.simulated_model`) and the HyDE timeout it meets."""
+
+    latency_ms: float = 2.0
+    fail_rate: float = 0.2
+    hang_rate: float = 0.1
+    timeout_s: float = 1.0
+    """HyDE's per-call timeout in the drill: a hang ends here and the search falls back."""
+
+
+def load_drill(settings: Settings, *, calls: int = 400, concurrency: int = 50, llm: SimulatedLLM = SimulatedLLM(),
                data: Path = Path("data"), progress: Any = None) -> LoadReport:
     """Build the bundled corpora with the configured embedder and store in a temporary folder, then run
     :func:`run_load` with a simulated LLM (N=1 hypothesis per search)."""
-    from ..corpus.ingest import ingest_documents, read_documents
+    llm_latency_ms, fail_rate, hang_rate, timeout_s = llm.latency_ms, llm.fail_rate, llm.hang_rate, llm.timeout_s
+    from ..corpus.ingest import IngestRequest, ingest_documents, read_documents
     from ..hyde import HydeRetriever
     from ..hyde.cache import NoCache
     from ..hyde.hypotheses import HypothesisGenerator
@@ -148,8 +159,8 @@ def load_drill(settings: Settings, *, calls: int = 400, concurrency: int = 50, l
             for source, name in names.items():
                 docs, _ = read_documents(data / f"{source}.jsonl")
                 say(f"ingesting {len(docs)} {source} documents with {retriever.dense.name}…")
-                ingest_documents(docs, name, retriever.store, retriever.dense, retriever.sparse, recreate=True,
-                                 progress=False)
+                ingest_documents(docs, IngestRequest(collection=name, recreate=True, progress=False), retriever.store,
+                                 retriever.dense, retriever.sparse)
             queries = [json.loads(line)["text"] for source in ("grammar", "docs")
                        for line in (data / "eval" / source / "queries.jsonl").read_text(encoding="utf-8").splitlines()
                        if line.strip()]

@@ -22,7 +22,7 @@ from ..hyde import HydeRetriever
 from ..hyde.request import SearchRequest
 from ..hyde.hypotheses import HypothesisGenerator
 from ..hyde.cache import NoCache
-from ..corpus.ingest import ingest_documents
+from ..corpus.ingest import IngestRequest, ingest_documents
 from ..retrieval.retriever import Retriever
 from ..llm.simulated import simulated_hypothesis, simulated_model
 from ..retrieval.store import EdgeStore
@@ -41,7 +41,8 @@ def run_pipeline_bench(settings: Settings, docs: Sequence[Document], latency_ms:
         factory = lambda domain: HypothesisGenerator(model, "simulated", domain, cache=NoCache(),  # noqa: E731
                                                      hyde=hyde_settings, llm=settings.llm)
         with HydeRetriever(retriever, factory, hyde_settings) as hr:
-            ingest_documents(docs, COLLECTION, retriever.store, retriever.dense, retriever.sparse, progress=progress)
+            request = IngestRequest(collection=COLLECTION, progress=progress)
+            ingest_documents(docs, request, retriever.store, retriever.dense, retriever.sparse)
             return hyde_pipeline_bench(hr, COLLECTION, queries, latency_ms)
 
 

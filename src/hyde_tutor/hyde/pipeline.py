@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -301,9 +302,10 @@ class HydeRetriever:
             _log.warning("hyde-tutor: embedding the hypotheses failed; raw results instead", exc_info=True)
             return self._fallback(raw, "search_error", (f"{type(exc).__name__}: {exc}"[:300],))
         try:
-            found = await asyncio.to_thread(stages.search_hypotheses, self.retriever, plan.collection,
-                                            generated.hypotheses, raw.encoding, plan.policy, plan.fusion, plan.depth,
-                                            encoding=encoding, embed_ms=(time.perf_counter() - started) * 1000)
+            embed_ms = (time.perf_counter() - started) * 1000
+            found = dataclasses.replace(await asyncio.to_thread(
+                stages.search_hypotheses, self.retriever, plan.collection, generated.hypotheses, raw.encoding,
+                plan.policy, plan.fusion, plan.depth, encoding=encoding), embed_ms=embed_ms)
         except Exception as exc:  # noqa: BLE001 - the raw results are in hand: a HyDE failure never fails the search
             _log.warning("hyde-tutor: the hypotheses' search failed; raw results instead", exc_info=True)
             return self._fallback(raw, "search_error", (f"{type(exc).__name__}: {exc}"[:300],))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..corpus.documents import Document, point_id_for
+from ..corpus.ingest import IngestRequest
 from ..errors import CollectionNotFoundError, HydeTutorError
 from ..retrieval.embedders import DenseEmbedder
 from ..retrieval.retriever import Retriever
@@ -31,7 +32,7 @@ def question_point_id(doc_id: str, index: int) -> str:
 
 def sync_questions(store: VectorStore, collection: str, keep_ids: set[str]) -> None:
     """Drop the write-time question points whose parent document left ``collection`` (``ingest --sync``
-    passes this as :func:`~hyde_tutor.corpus.ingest.ingest_documents`' ``on_sync``)."""
+    passes this as :class:`~hyde_tutor.corpus.ingest.IngestRequest`'s ``on_sync``)."""
     target = questions_collection(collection)
     if target not in store.list_collections():
         return
@@ -97,25 +98,30 @@ class QuestionIngestReport:
 
 
 def ingest_questions(
-    documents: Sequence[Document],
-    collection: str,
-    store: VectorStore,
-    dense: DenseEmbedder,
-    sparse: Bm25Encoder,
-    generator: QuestionGenerator,
-    k: int,
-    *,
-    regenerate: bool = False,
-    recreate: bool = False,
-    progress: bool = True,
-    batch_size: int = 64,
+    documents: Sequence[Document], request: IngestRequest, store: VectorStore, dense: DenseEmbedder,
+    sparse: Bm25Encoder, generator: QuestionGenerator,
 ) -> QuestionIngestReport:
-    """Write K learner questions per document into ``<collection>__questions`` (one point per question).
+    """Write ``request.questions`` learner questions per document into ``<collection>__questions`` (one point
+    per question).
 
     Each question point carries its parent's ``doc_id`` and payload, so a search over questions
     returns the parent document; the questions channel keeps the best question per document.
-    A document is regenerated only if its content, the model, the prompt or K changed (or ``regenerate``).
+    A document is regenerated only if its content, the model, the prompt or K changed (or
+    ``request.regenerate``); ``request.recreate`` drops the questions collection first.
+
+    Args:
+        documents: The parsed documents (the same ones :func:`~hyde_tutor.corpus.ingest.ingest_documents` wrote).
+        request: The collection and options; ``request.questions`` is K (at least 1).
+        store: Where the question points go.
+        dense: The dense embedder of the parent collection.
+        sparse: The BM25 encoder of the parent collection.
+        generator: Writes the questions (an LLM, cached by model, prompt versions, document hash and K).
     """
+    if request.questions < 1:
+        raise HydeTutorError("ingest_questions needs IngestRequest(questions=K) with K of at least 1 "
+                             f"(got {request.questions}); K = 0 means no questions: do not call it.")
+    collection, k, regenerate, recreate = request.collection, request.questions, request.regenerate, request.recreate
+    progress, batch_size = request.progress, request.batch_size
     started = time.perf_counter()
     target = questions_collection(collection)
     report = QuestionIngestReport(target, documents=len(documents))

@@ -141,13 +141,12 @@ class QuestionGenerator(PromptedGenerator):
         prompt: Prompt | None = None,
         request: Prompt | None = None,
         options: CallOptions | None = None,
-        max_concurrency: int | None = None,
     ) -> None:
         self.settings = settings or QuestionSettings()
         super().__init__(model, model_name, prompt or load_prompt("questions"), request or load_prompt("questions_request"),
                          llm=llm, max_tokens=self.settings.max_tokens, options=options)
         self.cache = cache
-        self.max_concurrency = self.gate_size or max_concurrency or self.settings.concurrency
+        self.max_concurrency = self.gate_size or self.settings.concurrency
         """Generations in flight at once: the backend's gate (the embedded server: one request at a time for
         every caller), else a gate of this size per run."""
 

@@ -137,15 +137,15 @@ def top_margin(hits: Sequence[Hit]) -> float | None:
 
 def search_hypotheses(
     retriever: Retriever, collection: str, hypotheses: Sequence[Hypothesis], raw: EncodedQueries,
-    policy: HydePolicy, fusion: FusionMode, depth: int, *, encoding: EncodedQueries, embed_ms: float,
+    policy: HydePolicy, fusion: FusionMode, depth: int, *, encoding: EncodedQueries,
 ) -> HypothesisChannels:
-    """Run the searches of all hypotheses (``encoding``, embedded in ``embed_ms``) in one batched store call.
-    Blocking."""
+    """Run the searches of all hypotheses (``encoding``) in one batched store call. Blocking. The result's
+    ``embed_ms`` is 0: the caller, who embedded the hypotheses, sets it (``dataclasses.replace``)."""
     embedded = time.perf_counter()
     with logfire.span("hyde.store_search", fusion=fusion):
         channels = _search_encoded(retriever, collection, hypotheses, encoding, raw, policy.legs, fusion, depth)
     done = time.perf_counter()
-    return HypothesisChannels(channels, embed_ms, (done - embedded) * 1000)
+    return HypothesisChannels(channels, search_ms=(done - embedded) * 1000)
 
 
 def _search_encoded(

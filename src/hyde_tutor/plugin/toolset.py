@@ -82,13 +82,12 @@ def tool_request(
 
 
 async def search_with_deps(
-    deps: TutorDeps, tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None,
-    rerank_top_k: Any = None, hypothesis: Any = None, history: tuple[tuple[str, str], ...] = (),
+    deps: TutorDeps, tool: str, collection: str, query: Any, top_k: Any, use_hyde: bool | None, **options: Any,
 ) -> dict[str, Any]:
     """A tool's search outside a tool call (raises ``ModelRetry`` for bad arguments): the compact results.
-    ``history`` (earlier turns) makes it the conversation-aware search of a follow-up."""
-    request = tool_request(tool, collection, query, top_k, use_hyde, rerank_top_k=rerank_top_k,
-                           hypothesis=hypothesis, history=history)
+    ``options`` are :func:`tool_request`'s (``rerank_top_k``, ``hypothesis``, ``history``: earlier turns make it
+    the conversation-aware search of a follow-up)."""
+    request = tool_request(tool, collection, query, top_k, use_hyde, **options)
     return (await _search(deps, tool, request))[0]
 
 
