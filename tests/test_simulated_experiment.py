@@ -74,8 +74,11 @@ def test_a_simulated_run_writes_real_turns_ratings_from_the_qrels_and_the_real_s
     assert period["by_assigned_arm"]["arms"]["hyde"]["cost_per_turn"]["hypothesis_tokens"] > 0
 
 
-def test_the_a_a_run_searches_plain_in_both_arms(sim_retriever) -> None:  # noqa: ANN001
-    log, _, _ = _run(sim_retriever, plain_both=True)
+def test_the_a_a_run_searches_plain_in_both_arms_for_the_same_learners_and_questions(sim_retriever) -> None:  # noqa: ANN001
+    log, _, _ = _run(sim_retriever, plain_both=True, learners=12)
+    served, _, _ = _run(sim_retriever, learners=12)
+    asked = lambda lg: sorted((t.turn_id, t.conversation_id, t.arm) for t in lg.turns())  # noqa: E731
+    assert asked(log) == asked(served)  # a paired comparison: only the treatment differs
     hyde_records = [r for t in log.turns() if t.arm == "hyde" for _, r in log.retrievals(t.turn_id)]
     assert hyde_records and not any(r.used_hyde for r in hyde_records)
     assert all(r.n_hypotheses == 0 for r in hyde_records)
@@ -90,3 +93,18 @@ def test_dropping_learners_of_one_arm_breaks_the_split(sim_retriever) -> None:  
     assert {t.subject for t in skewed.turns() if t.arm == "hyde"} == {t.subject for t in log.turns() if t.arm == "hyde"}
     kept = {t.turn_id for t in skewed.turns()}
     assert {tid for tid, _ in skewed.retrievals()} == kept
+
+
+def test_the_top_found_entry_follows_the_agents_call_order_not_the_finishing_order() -> None:
+    """Two searches of one response run concurrently; ``TutorDeps.found`` keeps the order they finished in, which
+    made the simulated reply's entry (and the known effect) change between runs."""
+    from pydantic_ai.messages import ModelRequest, ToolCallPart, ToolReturnPart
+
+    from hyde_tutor.evaluation.simulation import _found_in_call_order
+
+    messages = [ModelResponse(parts=[ToolCallPart("docs_search", {}, tool_call_id="call-0"),
+                                     ToolCallPart("grammar_search", {}, tool_call_id="call-1")]),
+                ModelRequest(parts=[ToolReturnPart("grammar_search", {"results": [{"id": "g-1"}]}, tool_call_id="call-1"),
+                                    ToolReturnPart("docs_search", {"results": [{"id": "d-1"}, {"id": "d-2"}]},
+                                                   tool_call_id="call-0")])]
+    assert _found_in_call_order(messages) == ["d-1", "d-2", "g-1"]

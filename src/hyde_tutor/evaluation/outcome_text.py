@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from .outcomes import PROPORTIONS, TREATMENT, CONTROL
+from .outcomes import CONTROL, METHOD, PROPORTIONS, TREATMENT
 
 __all__ = ("format_outcome_report",)
 
@@ -110,6 +110,7 @@ def format_outcome_report(report: dict[str, Any]) -> str:
         lines += [""] + _view(section["by_treatment_received"], "by treatment received (hyde = HyDE attempted in "
                               "a search of the turn; secondary)")
         lines += [""] + _cost_and_latency(section["by_assigned_arm"]) + [""] + _power(section["power"])
-    lines += ["", "lower is better for rephrase and failed. " + "; ".join(
+    lines += ["", f"primary outcome: {report['method'].get('primary', METHOD['primary'])}.",
+              "lower is better for rephrase and failed. " + "; ".join(
         f"{LABELS[k]}: {desc}" for k, (_, desc) in PROPORTIONS.items())]
     return "\n".join(lines)

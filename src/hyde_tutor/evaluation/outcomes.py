@@ -41,6 +41,8 @@ PROPORTIONS: dict[str, tuple[Callable[[TurnRecord], bool | None], str]] = {
 POWER_METRICS = ("thumbs_up", "grounded", "rephrase")
 
 METHOD = {
+    "primary": "thumbs_up: decide on it before looking; with four outcomes at 95 % each, one excludes 0 by chance "
+               "in about one run of five where there is no effect",
     "intervals": "95 %, clustered by learner: Wilson on the effective sample n/deff for proportions (deff from "
                  "the ratio estimator's learner-clustered variance), mean ± 1.96·clustered SE for the judge score",
     "differences": "hyde − raw: Newcombe's hybrid score interval from the two clustered Wilson intervals; "

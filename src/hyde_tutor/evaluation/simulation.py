@@ -6,7 +6,7 @@ tools path for real (a pydantic-ai ``Agent`` with :class:`~hyde_tutor.plugin.too
 real retriever, store and embedder), its model replaying the RECORDED tool calls of a capable agent
 (:mod:`~hyde_tutor.evaluation.agent_replay`: the query and the hypothesis it wrote). The recorded turn ends
 after its tool calls, so the simulated reply is the search's TOP found entry, and the outcomes follow from the
-eval set's qrels:
+eval set's qrels (the top found entry: the first result of the agent's first search call):
 
 * rating (on ``rated_share`` of turns): 👍 when the top found entry is relevant, 👎 otherwise;
 * grounded: a relevant entry is among the found ones (``grounded_rank``: the first one's rank);
@@ -124,6 +124,21 @@ def _hypotheses(run_messages: Iterable[Any]) -> list[str]:
             if isinstance(p, ToolCallPart)]
 
 
+def _found_in_call_order(run_messages: Sequence[Any]) -> list[str]:
+    """Entry ids the searches returned, in the order of the agent's tool calls (the calls of one response run
+    concurrently, so the order they finish in, which ``TutorDeps.found`` keeps, varies from run to run)."""
+    from pydantic_ai.messages import ToolCallPart, ToolReturnPart
+
+    parts = [p for m in run_messages for p in getattr(m, "parts", [])]
+    returns = {p.tool_call_id: p.content for p in parts if isinstance(p, ToolReturnPart)}
+    found: list[str] = []
+    for call in (p for p in parts if isinstance(p, ToolCallPart)):
+        content = returns.get(call.tool_call_id)
+        if isinstance(content, dict):
+            found += [str(e.get("id")) for e in content.get("results", []) if isinstance(e, dict)]
+    return found
+
+
 def _judge_stand_in(found: Sequence[str], grades: Mapping[str, int]) -> float:
     if found and found[0] in grades:
         return 1.0
@@ -164,18 +179,20 @@ async def simulate(retriever: Any, agent_turns: Mapping[str, AgentTurn], questio
         subject = f"sim-learner-{config.seed}-{i:04d}"
         for j in range(rng.randint(low, high)):
             q = rng.choice(questions)
+            # every draw is made whatever the search finds, so runs with the same seed ask the same questions
+            rates, rephrases = rng.random() < config.rated_share, rng.random() < config.rephrase_prob
             turn_id = f"{subject}-t{j}"
             capture = _Capture()
             deps = TutorDeps(retriever=search, experiment=experiment, monitor=capture,  # type: ignore[arg-type]
                              subject_id=subject)
             started = time.perf_counter()
-            failed, usage, hypotheses = False, None, []
+            failed, usage, hypotheses, found = False, None, [], []
             try:
                 run = await agent.run(q.text, deps=deps, message_history=_messages(q.history))
-                usage, hypotheses = run.usage, _hypotheses(run.new_messages())
+                usage, hypotheses, found = run.usage, _hypotheses(run.new_messages()), \
+                    _found_in_call_order(run.new_messages())
             except Exception:  # noqa: BLE001 - a turn the model could not answer is an outcome, not a crash
-                failed = True
-            found = [str(e.get("id")) for e in deps.found]
+                failed, found = True, [str(e.get("id")) for e in deps.found]
             ranks = [k for k, doc in enumerate(found, start=1) if doc in q.grades]
             relevant_top = bool(found) and found[0] in q.grades
             log.add_turn(TurnRecord(
@@ -185,11 +202,11 @@ async def simulate(retriever: Any, agent_turns: Mapping[str, AgentTurn], questio
                 found_ids=tuple(found), agent_tokens_in=usage.input_tokens if usage else 0,
                 agent_tokens_out=usage.output_tokens if usage else 0, agent_requests=usage.requests if usage else 0,
                 hypothesis_tokens=sum(count(h) for h in hypotheses if h),
-                rephrase=(not relevant_top) and rng.random() < config.rephrase_prob,
+                rephrase=(not relevant_top) and rephrases,
                 judge_score=_judge_stand_in(found, q.grades) if _share(turn_id) < config.judge_share else None))
             for record in capture.records:
                 log.add_retrieval(record, turn_id)
-            if rng.random() < config.rated_share:
+            if rates:
                 log.add_rating(RatingEvent(turn_id=turn_id, subject=subject, rating=1 if relevant_top else -1))
     return log, stats
 
