@@ -210,6 +210,8 @@ def test_ab_report_db_prints_the_outcome_report(monkeypatch: pytest.MonkeyPatch)
     assert "by assigned arm (intention to treat)" in text and "SRM check" in text and "hyde − raw" in text
     both = runner.invoke(app, ["ab-report", "--db", "sqlite:///x.db", "--file", "m.jsonl"])
     assert both.exit_code == 2 and "Pass one" in both.output
+    other = runner.invoke(app, ["ab-report", "--db", "sqlite:///x.db", "--experiment", "no-such"])
+    assert other.exit_code == 2 and "No served turns" in other.output and "'no-such'" in other.output
 
 
 def test_ab_report_db_without_the_sql_store_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -231,3 +233,15 @@ def test_ab_report_json_on_a_metrics_jsonl_still_works_without_top_scores(tmp_pa
     assert "top_score" not in out.output and "mean_top_score" not in data["arms"][0]
     text = CliRunner().invoke(app, ["ab-report", "--file", str(path)]).output
     assert "top score" not in text and "p50 ms" in text
+
+
+def test_ab_report_db_that_cannot_be_read_says_so_without_the_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(url: str) -> MemoryEventLog:
+        raise RuntimeError("cannot open the served tutor's database: connection refused")
+
+    fake = types.ModuleType("hyde_tutor.plugin.sqlstore")
+    fake.open_event_log = refuse  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "hyde_tutor.plugin.sqlstore", fake)
+    out = CliRunner().invoke(app, ["ab-report", "--db", "postgresql://tutor:s3cret@db.internal/served"])
+    assert out.exit_code == 2 and "connection refused" in out.output and "s3cret" not in out.output
+    assert "Cannot read the served tutor's event log at postgresql://tutor:***@db.internal/served" in out.output

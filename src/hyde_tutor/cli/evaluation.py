@@ -271,16 +271,19 @@ def _outcome_report(url: str, experiment: str | None, mde: float, as_json: bool)
     except ImportError as exc:
         fail(f"--db needs the served tutor's SQL event log (hyde_tutor.plugin.sqlstore), which this install lacks "
              f"({exc}). Update hyde-tutor, or report from a metrics JSONL with --file.")
+    from ..config import redact_url
+
     try:
         log = open_event_log(url)
-    except HydeTutorError as exc:
-        fail(str(exc))
-    try:
-        report = outcome_report(log, experiment, mde=mde)
-    finally:
-        close = getattr(log, "close", None)
-        if callable(close):
-            close()
+        try:
+            report = outcome_report(log, experiment, mde=mde)
+        finally:
+            close = getattr(log, "close", None)
+            if callable(close):
+                close()
+    except Exception as exc:  # noqa: BLE001 - a bad URL, an unreachable server, a database of another program
+        fail(f"Cannot read the served tutor's event log at {redact_url(url)}: {type(exc).__name__}: {exc}. Check "
+             "the URL (sqlite:///path/served.db or postgresql://user:password@host/db) and that the server wrote it.")
     if not report["turns"]:
         fail(f"No served turns in {url}" + (f" for experiment {experiment!r}" if experiment else "")
              + ": serve the tutor (hyde-tutor serve) and let learners ask first.")

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..plugin.deps import TutorDeps
-from ..plugin.events import ExperimentEvent, MemoryEventLog, RatingEvent, TurnRecord
+from ..plugin.events import EventLog, ExperimentEvent, MemoryEventLog, RatingEvent, TurnRecord
 from ..plugin.experiment import Experiment
 from ..plugin.monitor import RetrievalRecord
 from .agent_replay import AgentTurn, AgentReplayModel, ReplayStats
@@ -146,8 +146,8 @@ def _judge_stand_in(found: Sequence[str], grades: Mapping[str, int]) -> float:
 
 
 async def simulate(retriever: Any, agent_turns: Mapping[str, AgentTurn], questions: Sequence[SimQuestion],
-                   config: SimulationConfig, *, log: MemoryEventLog | None = None,
-                   count_tokens: Any = None) -> tuple[MemoryEventLog, ReplayStats]:
+                   config: SimulationConfig, *, log: EventLog | None = None,
+                   count_tokens: Any = None) -> tuple[EventLog, ReplayStats]:
     """Run the simulated experiment; every turn, its retrievals and ratings go to ``log``.
 
     Args:
@@ -155,7 +155,8 @@ async def simulate(retriever: Any, agent_turns: Mapping[str, AgentTurn], questio
         agent_turns: the recorded capable agent's tool calls (:func:`~hyde_tutor.evaluation.agent_replay.load_agent_turns`).
         questions: what the learners may ask (:func:`load_questions`).
         config: the learners' behaviour and the split.
-        log: where to write (a new :class:`MemoryEventLog` by default).
+        log: where to write: any :class:`~hyde_tutor.plugin.events.EventLog` (the server's SQL one too); a new
+            :class:`MemoryEventLog` by default.
         count_tokens: counts the tokens of the hypotheses the agent wrote (``str -> int``); words by default.
     """
     from pydantic_ai import Agent
@@ -233,7 +234,7 @@ async def known_effect(retriever: Any, agent_turns: Mapping[str, AgentTurn],
     return out | {"difference": out["hyde"] - out["raw"], "questions": float(len(questions))}
 
 
-def drop_learners(log: MemoryEventLog, arm: str, share: float, seed: int = 0) -> tuple[MemoryEventLog, int]:
+def drop_learners(log: EventLog, arm: str, share: float, seed: int = 0) -> tuple[MemoryEventLog, int]:
     """A copy of ``log`` without ``share`` of ``arm``'s learners (their turns, retrievals and ratings): the
     deliberately broken split an SRM check must catch (as if that arm's events were lost for some learners).
 

@@ -139,6 +139,7 @@ class RelevanceJudge:
         model_name: names the model in recordings.
         counter: counts tokens offline when the model's own figures are estimates (replay, embedded).
         recorder: appends each live verdict as a ``judge`` recording (replayable offline).
+        model_settings: the backend's extra model settings (a compatible server's token budget in the body).
         clock: the time source of the caps (tests move it).
     """
 
