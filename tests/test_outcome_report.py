@@ -245,3 +245,20 @@ def test_ab_report_db_that_cannot_be_read_says_so_without_the_password(monkeypat
     out = CliRunner().invoke(app, ["ab-report", "--db", "postgresql://tutor:s3cret@db.internal/served"])
     assert out.exit_code == 2 and "connection refused" in out.output and "s3cret" not in out.output
     assert "Cannot read the served tutor's event log at postgresql://tutor:***@db.internal/served" in out.output
+
+
+def test_treatment_received_follows_the_retrievals_and_unassigned_learners_stay_out_of_the_split() -> None:
+    log = MemoryEventLog()
+    log.add_experiment_event(ExperimentEvent(change="start", experiment="e", hyde_share=0.5, enabled=True, timestamp=1))
+    rows = [("a", "raw", True), ("b", "raw", False), ("c", "hyde", True), ("d", "unassigned", False),
+            ("e", "hyde", None)]  # e: a turn with no search
+    for subject, arm, used in rows:
+        log.add_turn(TurnRecord(turn_id=subject, subject=subject, conversation_id=subject, experiment="e", arm=arm,
+                                timestamp=2, grounded=True))
+        if used is not None:
+            log.add_retrieval(RetrievalRecord("e", arm, used, "explicit", "grammar_search", "grammar"), subject)
+    period = outcome_report(log)["periods"][0]
+    received = {arm: row["turns"] for arm, row in period["by_treatment_received"]["arms"].items()}
+    assert received == {"hyde": 2, "raw": 2, "no search": 1}
+    assert period["srm"]["observed"] == {"hyde": 2, "raw": 2}  # the unassigned learner is not in the split
+    assert set(period["by_assigned_arm"]["arms"]) == {"hyde", "raw", "unassigned"}
