@@ -295,6 +295,18 @@ class MonitorSettings(BaseModel):
     logfire_token: SecretStr | None = Field(None, description="Send spans to Logfire when set; offline otherwise.")
 
 
+class JudgeSettings(BaseModel):
+    """The relevance judge of served turns (an LLM rating whether the top results answer the question)."""
+
+    share: float = Field(0.1, ge=0, le=1, description="Share of served turns judged, picked by turn id (0 = off).")
+    top_n: int = Field(3, ge=1, le=10, description="How many of the turn's top entries the judge sees.")
+    max_calls_per_hour: int = Field(120, ge=0, description="Judge calls per hour, per process (0 = none).")
+    max_calls_per_day: int = Field(1000, ge=0, description="Judge calls per day (24 h), per process.")
+    max_tokens_per_day: int = Field(1_000_000, ge=0, description="Judge tokens (in + out) per day, per process.")
+    max_tokens: int = Field(200, ge=32, le=2048, description="Token cap of one verdict.")
+    timeout_s: float = Field(30.0, gt=0, description="Timeout of one judge call (a late verdict is a failure).")
+
+
 class Settings(BaseSettings):
     """All hyde-tutor settings. Create with ``Settings()`` to read env and ``.env``."""
 
@@ -320,6 +332,7 @@ class Settings(BaseSettings):
     questions: QuestionSettings = Field(default_factory=QuestionSettings)
     experiment: ExperimentSettings = Field(default_factory=ExperimentSettings)
     monitor: MonitorSettings = Field(default_factory=MonitorSettings)
+    judge: JudgeSettings = Field(default_factory=JudgeSettings)
     schemas: dict[CollectionName, SchemaSettings] = Field(
         default_factory=dict, description="Collections hyde-tutor did not build: vector names, sparse encoder, "
         "payload fields (JSON object: collection -> schema).",

@@ -220,10 +220,22 @@ def _bench_pipeline(settings: Settings, docs: list[Any], latency_ms: float, n_qu
 @app.command("ab-report")
 def ab_report(
     file: Annotated[Path | None, typer.Option(help="Metrics JSONL (default: HYDE_DATA_DIR/metrics.jsonl).")] = None,
+    db: Annotated[str | None, typer.Option(
+        "--db", help="The served tutor's database URL (sqlite:///… or postgresql://…): the outcome report "
+                     "(ratings, judged relevance, grounded, rephrase, SRM, power) instead of the retrieval view.")] = None,
+    experiment: Annotated[str | None, typer.Option(help="With --db: the experiment (default: the latest one).")] = None,
+    mde: Annotated[float, typer.Option(min=0.001, max=0.999,
+                                       help="With --db: the difference to power for (0.05 = 5 points).")] = 0.05,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG chart here.")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Per-arm latency / fallback table and hyde-minus-raw differences with bootstrap 95% CIs."""
+    """Does HyDE help the learners? With --db: outcomes per arm and period, with clustered 95% intervals, an SRM
+    check and power. Without: the retrieval view of the metrics JSONL (latency, fallbacks, HyDE cost per arm)."""
+    if db is not None:
+        if file is not None or plot is not None:
+            fail("--db reads the served tutor's event log; --file and --plot are for the metrics JSONL. Pass one.")
+        _outcome_report(db, experiment, mde, as_json)
+        return
     from ..evaluation.abreport import arm_rows, differences, format_report
     from ..evaluation.abreport import plot as draw
     from ..plugin.monitor import load_records
@@ -251,3 +263,30 @@ def ab_report(
         typer.echo(format_report(received, received_diffs, "by treatment received (hyde = HyDE attempted)"))
     if plot is not None:
         typer.echo(f"chart: {draw(rows, plot)}", err=as_json)
+
+
+def _outcome_report(url: str, experiment: str | None, mde: float, as_json: bool) -> None:
+    from ..evaluation.abreport import format_outcome_report, outcome_report
+
+    try:
+        from ..plugin.sqlstore import open_event_log  # type: ignore[import-not-found, unused-ignore]
+    except ImportError as exc:
+        fail(f"--db needs the served tutor's SQL event log (hyde_tutor.plugin.sqlstore), which this install lacks "
+             f"({exc}). Update hyde-tutor, or report from a metrics JSONL with --file.")
+    from ..config import redact_url
+
+    try:
+        log = open_event_log(url)
+        try:
+            report = outcome_report(log, experiment, mde=mde)
+        finally:
+            close = getattr(log, "close", None)
+            if callable(close):
+                close()
+    except Exception as exc:  # noqa: BLE001 - a bad URL, an unreachable server, a database of another program
+        fail(f"Cannot read the served tutor's event log at {redact_url(url)}: {type(exc).__name__}: {exc}. Check "
+             "the URL (sqlite:///path/served.db or postgresql://user:password@host/db) and that the server wrote it.")
+    if not report["turns"]:
+        fail(f"No served turns in {url}" + (f" for experiment {experiment!r}" if experiment else "")
+             + ": serve the tutor (hyde-tutor serve) and let learners ask first.")
+    typer.echo(json.dumps(report, ensure_ascii=False) if as_json else format_outcome_report(report))

@@ -1,6 +1,12 @@
-"""A/B report over the monitor's JSONL: per-arm table, differences with bootstrap CIs, a PNG chart.
+"""A/B reports.
 
-Confidence intervals: percentile bootstrap, 2,000 resamples of each arm independently, 95 %, fixed seed.
+* Over a served tutor's event log (:func:`outcome_report`, :func:`format_outcome_report`; in
+  :mod:`~hyde_tutor.evaluation.outcomes`): did the learners of the HyDE arm fare better (ratings, judged relevance,
+  grounded, rephrase and failed rates, with clustered intervals, an SRM check and power), per experiment period.
+* Over the monitor's retrieval JSONL (:func:`arm_rows`, :func:`differences`, :func:`format_report`): the
+  retrieval-only view (latency, fallbacks, result counts, HyDE cost per retrieval), a PNG chart. Its intervals:
+  percentile bootstrap, 2,000 resamples of each arm independently, 95 %, fixed seed. Raw top scores are not
+  compared: HyDE's fused scores and plain hybrid scores are on different scales.
 """
 
 from __future__ import annotations
@@ -14,6 +20,11 @@ import numpy as np
 
 from ..plugin.experiment import ARMS as EXPERIMENT_ARMS
 from ..plugin.experiment import arm_uses_hyde
+from .outcome_text import format_outcome_report
+from .outcomes import outcome_report
+
+__all__ = ("ArmRow", "Difference", "arm_rows", "differences", "format_report", "plot", "bootstrap_mean",
+           "bootstrap_diff", "group_of", "outcome_report", "format_outcome_report")
 
 ARMS = ("hyde", "raw")
 
@@ -27,7 +38,6 @@ class ArmRow:
     mean_ms: float
     fallback_rate: float
     mean_results: float
-    mean_top_score: float
     asked_otherwise_rate: float = 0.0
     """Share of retrievals whose caller asked for the other treatment than this arm's (``requested_hyde``)."""
     override_rate: float = 0.0
@@ -73,11 +83,10 @@ def arm_rows(records: Sequence[dict[str, Any]], by: Grouping = "assigned") -> li
     for arm in sorted({group_of(r, by) for r in records}):
         recs = [r for r in records if group_of(r, by) == arm]
         totals = np.array([_total(r) for r in recs])
-        tops = [r["top_score"] for r in recs if r.get("top_score") is not None]
         rows.append(ArmRow(
             arm, len(recs), float(np.percentile(totals, 50)), float(np.percentile(totals, 95)), float(totals.mean()),
             sum(1 for r in recs if r.get("use_hyde") and r.get("fallback_reason")) / len(recs),
-            float(np.mean([r.get("results", 0) for r in recs])), float(np.mean(tops)) if tops else float("nan"),
+            float(np.mean([r.get("results", 0) for r in recs])),
             sum(map(_asked_otherwise, recs)) / len(recs), sum(1 for r in recs if r.get("overridden")) / len(recs),
             bootstrap_mean([float(r.get("llm_calls", 0)) for r in recs]),
             bootstrap_mean([float(r.get("tokens_in", 0)) + float(r.get("tokens_out", 0)) for r in recs]),
@@ -124,11 +133,11 @@ def differences(records: Sequence[dict[str, Any]], by: Grouping = "assigned") ->
 
 def format_report(rows: Sequence[ArmRow], diffs: Sequence[Difference], title: str = "by assigned arm") -> str:
     head = (f"{'arm':<12}{'n':>7}{'p50 ms':>10}{'p95 ms':>10}{'mean ms':>10}{'fallback':>10}{'results':>9}"
-            f"{'top score':>11}{'asked other':>13}{'overridden':>12}")
+            f"{'asked other':>13}{'overridden':>12}")
     lines = [title, head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r.arm:<12}{r.count:>7}{r.p50_ms:>10.1f}{r.p95_ms:>10.1f}{r.mean_ms:>10.1f}"
-                     f"{r.fallback_rate:>10.1%}{r.mean_results:>9.2f}{r.mean_top_score:>11.4f}"
+                     f"{r.fallback_rate:>10.1%}{r.mean_results:>9.2f}"
                      f"{r.asked_otherwise_rate:>13.1%}{r.override_rate:>12.1%}")
     lines += ["", "cost per retrieval (mean, 95% bootstrap CI): LLM calls | tokens in+out | skipped by the cascade"]
     lines += [f"  {r.arm:<12}{r.llm_calls[0]:>6.2f} [{r.llm_calls[1]:.2f}, {r.llm_calls[2]:.2f}] | "

@@ -53,6 +53,8 @@ def render_recording(rec: Recording, prompts: PromptFiles) -> tuple[str, str]:
     system, request = prompts.get(system_ref).text, prompts.get(request_ref)
     if rec.kind == "condense":
         return system, render_condense_request(request, rec.conversation, rec.query)
+    if rec.kind == "judge":  # the relevance judge's request: the question and the entries as shown
+        return system, request.fill({"question": rec.query, "entries": rec.conversation})
     if rec.kind == "questions":
         return system, render_questions_request(request, rec.query, rec.perspective)
     _, _, perspectives_ref = rec.prompt_refs[:3]  # too few refs: ValueError, the record is stale

@@ -31,7 +31,8 @@ from typing import Any, Literal
 from ..errors import HydeTutorError
 from .prompts import Prompt, load_prompt
 
-RecordKind = Literal["hypothesis", "hypotheses", "questions", "condense"]
+RecordKind = Literal["hypothesis", "hypotheses", "questions", "condense", "judge"]
+RECORD_KINDS: tuple[str, ...] = ("hypothesis", "hypotheses", "questions", "condense", "judge")
 __all__ = [
     "NotRecordedError",
     "Recording",
@@ -61,8 +62,10 @@ class Recording:
 
     kind: RecordKind
     """``hypothesis`` (query-time HyDE, one perspective), ``hypotheses`` (one call answering N
-    perspectives), ``questions`` (write-time learner questions) or ``condense`` (a follow-up rewritten as a
-    standalone question; ``conversation`` holds the conversation shown)."""
+    perspectives), ``questions`` (write-time learner questions), ``condense`` (a follow-up rewritten as a
+    standalone question; ``conversation`` holds the conversation shown) or ``judge`` (a relevance verdict on a
+    served turn's entries: ``query`` is the learner's question, ``conversation`` the entries as shown,
+    ``perspective`` ``relevance``, ``text`` the verdict's JSON)."""
     query: str
     """The learner's question; for ``questions``, the document text as it was shown to the model."""
     perspective: str
@@ -105,8 +108,8 @@ class Recording:
         if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
             raise ValueError("prompt_refs must be a list of 'name@vN' strings")
         kind = obj.get("kind", "hypothesis")
-        if kind not in ("hypothesis", "hypotheses", "questions", "condense"):
-            raise ValueError(f"kind must be hypothesis, hypotheses, questions or condense, not {kind!r}")
+        if kind not in RECORD_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(RECORD_KINDS)}, not {kind!r}")
         return cls(kind=kind, query=str(obj["query"]), perspective=str(obj["perspective"]), text=str(obj["text"]),
                    model=str(obj["model"]), prompt_refs=tuple(refs), domain=str(obj.get("domain", "")),
                    prompt_sha256=str(obj.get("prompt_sha256", "")), created=str(obj.get("created", "")),
