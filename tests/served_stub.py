@@ -103,7 +103,9 @@ def stub_parts(root: Path, settings: Settings, *, token_s: float = 0.0, fail: bo
                         experiment_from_settings(settings))
     identity = LearnerIdentity(server_secret(None, settings.data_dir),
                                settings.server.host_secret.get_secret_value() if settings.server.host_secret else None)
-    return ServerParts(tutor, SqlConversationStore(database), settings, identity,
+    from hyde_tutor.server.build import outcome_report
+
+    return ServerParts(tutor, SqlConversationStore(database), settings, identity, report=outcome_report,
                        closers=[retriever.close, database.close])
 
 
