@@ -49,6 +49,8 @@ def test_a_turn_streams_its_reply_cards_first_and_is_recorded_with_its_retrieval
     deltas = [c["delta"] for c in chunks if c["type"] == "text-delta"]
     assert len(deltas) >= 5  # streamed token by token, not one block
     assert types.index("data-entries") < types.index("text-delta") < types.index("data-reply")
+    # the cards go out when the search ends, not when the model's next response starts (which ends the step)
+    assert types.index("data-entries") < types.index("finish-step")
     assert not [t for t in types if t.startswith("tool-")]  # tool calls and raw results stay on the server
     cards = next(c for c in chunks if c["type"] == "data-entries")["data"]["entries"]
     assert cards[0]["pattern"] == "-고 싶다" and "operator" not in json.dumps(chunks)

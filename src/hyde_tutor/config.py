@@ -312,7 +312,7 @@ class ServerSettings(BaseModel):
     max_body_bytes: int = Field(65_536, ge=1024, description="Largest request body (413 beyond).")
     rate_per_minute: int = Field(20, ge=1, description="Messages per learner per minute, per worker (429 beyond).")
     max_requests: int = Field(6, ge=1, le=50, description="Model requests per turn.")
-    turn_timeout_s: float = Field(180.0, gt=0, description="A turn running longer is stopped.")
+    turn_timeout_s: float = Field(300.0, gt=0, description="A turn running longer is stopped.")
 
 class Settings(BaseSettings):
     """All hyde-tutor settings. Create with ``Settings()`` to read env and ``.env``."""

@@ -107,6 +107,13 @@ class ServedTutor:
         return ServedTurn(self, deps, monitor, uuid.uuid4().hex, subject, conversation_id, question,
                           experiment, arm, previous, prior[-1] if prior else None, tuple(history))
 
+    async def warm_up(self, collection: str = "grammar") -> None:
+        """One plain search at startup, so the first learner does not wait for the embedder to load."""
+        try:
+            await self.retriever.search(collection, "привет", top_k=1, use_hyde=False)
+        except Exception as exc:  # noqa: BLE001 - a missing collection is reported by the turns themselves
+            _log.warning("warm-up search of %r failed: %s", collection, type(exc).__name__)
+
     async def drain(self, timeout_s: float = 30.0) -> None:
         """Wait (at most ``timeout_s``) for the judgements still running (at shutdown)."""
         if self.background:
@@ -144,7 +151,7 @@ class ServedTurn:
 
     def new_cards(self) -> list[dict[str, Any]] | None:
         """The cards of every entry found so far, when a search found more since the last call."""
-        if len(self.deps.found) == self.shown:
+        if len(self.deps.found) <= self.shown:  # a run start clears and refills the prefetched entries: no news
             return None
         self.shown = len(self.deps.found)
         return [entry_card(e) for e in distinct_entries(self.deps.found)]

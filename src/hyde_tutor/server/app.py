@@ -209,6 +209,7 @@ def create_app(parts: ServerParts) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await tutor.warm_up()
         yield
         await tutor.drain()  # uvicorn has let the turns in flight finish; then the judgements
         for close in parts.closers:

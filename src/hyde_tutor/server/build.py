@@ -27,8 +27,14 @@ def outcome_report(log: Any, experiment: str | None) -> dict[str, Any]:
     return experiment_status(log, None)
 
 
-def app_from_settings(settings: Settings | None = None, *, judge: Any = None) -> Starlette:
-    """The app with the configured model, retriever, database and secrets."""
+def app_from_settings(settings: Settings | None = None, *, judge: Any = None, agent: Any = None) -> Starlette:
+    """The app with the configured model, retriever, database and secrets.
+
+    Args:
+        settings: the settings (None: environment and ``.env``).
+        judge: optional relevance judge (``async maybe_judge(turn, question, entries) -> dict | None``).
+        agent: a ready tutor agent in tools mode (a drill's stub model); None builds the configured one.
+    """
     from ..hyde import HydeRetriever
     from ..llm.backends import make_llm
     from ..plugin.chat import build_tutor_agent, default_chat_mode
@@ -39,17 +45,17 @@ def app_from_settings(settings: Settings | None = None, *, judge: Any = None) ->
 
     settings = settings or Settings()
     database = open_database(settings)
-    llm = make_llm(settings)
+    llm = make_llm(settings) if agent is None else None
     retriever = HydeRetriever.from_settings(settings)
-    mode = default_chat_mode(llm)
-    agent = build_tutor_agent(llm, mode=mode)
+    mode = default_chat_mode(llm) if llm is not None else "tools"
+    agent = agent if agent is not None else build_tutor_agent(llm, mode=mode)
     tutor = ServedTutor(agent, retriever, SqlEventLog(database), experiment_from_settings(settings), judge=judge,
                         retrieve_first=mode == "retrieve-first")
     secret = settings.server.secret.get_secret_value() if settings.server.secret else None
     host_secret = settings.server.host_secret.get_secret_value() if settings.server.host_secret else None
     identity = LearnerIdentity(server_secret(secret, settings.data_dir), host_secret)
     parts = ServerParts(tutor, SqlConversationStore(database), settings, identity, report=outcome_report,
-                        closers=[retriever.close, llm.close, database.close])
+                        closers=[retriever.close, database.close, *([llm.close] if llm is not None else [])])
     return create_app(parts)
 
 

@@ -63,6 +63,9 @@ async def turn_stream(adapter: VercelAIAdapter[Any, Any], turn: ServedTurn, *, o
     cards = await turn.prefetch()
     finished = False
     async for chunk in adapter.transform_stream(native(), on_complete=on_complete):
+        new = turn.new_cards()  # a search just ended (its tool result is this chunk): the cards go out now
+        if new:
+            yield entries_chunk(new)
         if isinstance(chunk, _TEXT):
             if isinstance(chunk, TextDeltaChunk) and chunk.delta:
                 turn.text_arrived()
@@ -83,8 +86,5 @@ async def turn_stream(adapter: VercelAIAdapter[Any, Any], turn: ServedTurn, *, o
         yield chunk
         if isinstance(chunk, StartChunk) and cards:
             yield entries_chunk(cards)
-        new = turn.new_cards()
-        if new:
-            yield entries_chunk(new)
     if not finished:
         yield await reply_chunk()
