@@ -163,3 +163,33 @@ def test_a_failing_model_gives_the_entries_and_one_line_and_no_internals(tmp_pat
     assert "-고 싶다" in reply["text"]
     (turn,) = parts.tutor.log.turns()
     assert turn.failed and turn.found_ids
+
+
+def test_another_learner_with_the_same_chat_id_reaches_nothing_of_the_first(served) -> None:
+    client, parts = served
+    ask(client, "Как сказать «хочу»: 가고 싶어요")
+    with TestClient(client.app) as other:
+        response, chunks = ask(other, "Как сказать «хочу»: 가고 싶어요")  # same chat id "chat1", same question
+        assert response.status_code == 200
+    first, second = parts.tutor.log.turns()
+    assert first.subject != second.subject and first.conversation_id != second.conversation_id
+    assert first.rephrase is None  # the other learner's message is not this learner's next message
+
+
+class _Judge:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, int]] = []
+
+    async def maybe_judge(self, turn, question, entries):  # type: ignore[no-untyped-def]
+        self.seen.append((turn.turn_id, question, len(entries)))
+        return {"judge_score": 0.75, "judge_calls": 1, "judge_tokens": 120}
+
+
+def test_the_judge_hook_scores_a_turn_after_it_is_recorded(tmp_path: Path) -> None:
+    parts = stub_parts(tmp_path, _settings(tmp_path))
+    parts.tutor.judge = judge = _Judge()
+    with TestClient(create_app(parts)) as client:  # leaving it drains the judgements in flight
+        ask(client, "Как сказать «хочу»: 가고 싶어요")
+    (turn,) = parts.tutor.log.turns()
+    assert judge.seen == [(turn.turn_id, "Как сказать «хочу»: 가고 싶어요", len(turn.found_ids))]
+    assert (turn.judge_score, turn.judge_calls, turn.judge_tokens) == (0.75, 1, 120)
