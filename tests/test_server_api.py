@@ -40,9 +40,12 @@ def ask(client: TestClient, text: str, chat_id: str = "chat1", **headers: str): 
     return response, chunks
 
 
-def test_a_turn_streams_its_reply_cards_first_and_is_recorded_with_its_retrievals(served) -> None:
+def test_a_turn_streams_its_reply_cards_first_and_is_recorded_with_its_retrievals(served, caplog) -> None:
+    from hyde_tutor.plugin.operations import learner_tag
+
     client, parts = served
-    response, chunks = ask(client, "Как сказать «хочу»: 가고 싶어요")
+    with caplog.at_level("INFO", logger="hyde_tutor.served"):
+        response, chunks = ask(client, "Как сказать «хочу»: 가고 싶어요")
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
     assert "hyde_learner" in response.cookies
     types = [c["type"] for c in chunks]
@@ -62,6 +65,9 @@ def test_a_turn_streams_its_reply_cards_first_and_is_recorded_with_its_retrieval
     assert turn.agent_requests == 2 and turn.hypothesis_tokens > 0 and turn.first_token_s is not None
     (retrieval,) = parts.tutor.log.retrievals(turn.turn_id)
     assert retrieval[1].tool == "grammar_search" and retrieval[1].hypothesis_sources == ["agent"]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "hyde_tutor.served"]
+    assert learner_tag(turn.subject) in line and "arm unassigned" in line
+    assert turn.subject not in line and "хочу" not in line  # the learner hashed, the text never
 
 
 def test_feedback_is_stored_on_the_learners_own_turn_and_tied_to_its_retrievals(served, tmp_path: Path) -> None:

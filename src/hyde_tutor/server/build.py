@@ -44,6 +44,7 @@ def app_from_settings(settings: Settings | None = None, *, judge: Any = None, ag
     from ..plugin.sqlstore import SqlEventLog, open_database
 
     settings = settings or Settings()
+    _turn_logs()
     database = open_database(settings)
     llm = make_llm(settings) if agent is None else None
     retriever = HydeRetriever.from_settings(settings)
@@ -57,6 +58,21 @@ def app_from_settings(settings: Settings | None = None, *, judge: Any = None, ag
     parts = ServerParts(tutor, SqlConversationStore(database), settings, identity, report=outcome_report,
                         closers=[retriever.close, database.close, *([llm.close] if llm is not None else [])])
     return create_app(parts)
+
+
+def _turn_logs() -> None:
+    """Each served turn logs one line at INFO (learner hash, arm, outcome, time; never the text), in every worker."""
+    import logging
+
+    for name in ("hyde_tutor.served", "hyde_tutor.server"):
+        log = logging.getLogger(name)
+        log.setLevel(logging.INFO)
+        if not any(getattr(h, "hyde_served_handler", False) for h in log.handlers):
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            handler.hyde_served_handler = True  # type: ignore[attr-defined]
+            log.addHandler(handler)
+            log.propagate = False
 
 
 def app_from_environment() -> Starlette:
