@@ -26,7 +26,7 @@ def main() -> None:
     parser.add_argument("--wait-s", type=float, default=900)
     args = parser.parse_args()
     options = Options()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,820", "--lang=ru"):
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,1000", "--lang=ru"):
         options.add_argument(arg)
     options.binary_location = "/usr/bin/chromium"
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)

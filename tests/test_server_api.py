@@ -199,3 +199,21 @@ def test_the_judge_hook_scores_a_turn_after_it_is_recorded(tmp_path: Path) -> No
     (turn,) = parts.tutor.log.turns()
     assert judge.seen == [(turn.turn_id, "Как сказать «хочу»: 가고 싶어요", len(turn.found_ids))]
     assert (turn.judge_score, turn.judge_calls, turn.judge_tokens) == (0.75, 1, 120)
+
+
+async def test_a_served_tutor_finds_the_previous_turn_in_any_event_log(tmp_path: Path) -> None:
+    from pydantic_ai.messages import ModelRequest, UserPromptPart
+
+    from hyde_tutor.plugin.events import MemoryEventLog
+
+    parts = stub_parts(tmp_path, _settings(tmp_path))
+    parts.tutor.log = log = MemoryEventLog()
+    first = await parts.tutor.start_turn("s1", "c1", "Как сказать «хочу»: 가고 싶어요", ())
+    await first.finish(None, "ConnectionError: down")
+    history = (ModelRequest(parts=[UserPromptPart("Как сказать «хочу»: 가고 싶어요")]),)
+    second = await parts.tutor.start_turn("s1", "c1", "Как по-корейски сказать, что я хочу: 가고 싶어요?", history)
+    assert second.previous is not None and second.previous.turn_id == first.turn_id
+    assert (await parts.tutor.start_turn("s2", "c1", "?", ())).previous is None
+    await second.finish(None, "ConnectionError: down")
+    # the failed first turn is not in the stored conversation, so its rephrase is left undecided, never guessed
+    assert [t.rephrase for t in log.turns()] == [None, None] and all(t.failed for t in log.turns())

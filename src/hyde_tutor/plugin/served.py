@@ -60,6 +60,15 @@ def hypothesis_tokens(messages: Sequence[ModelMessage], count: Callable[[str], i
     return total
 
 
+def _last_turn(log: EventLog, subject: str, conversation_id: str) -> TurnRecord | None:
+    """The learner's latest turn in the conversation (the SQL log asks its index; any other log is scanned)."""
+    last = getattr(log, "last_turn", None)
+    if last is not None:
+        return last(subject, conversation_id)
+    mine = [t for t in log.turns() if t.subject == subject and t.conversation_id == conversation_id]
+    return max(mine, key=lambda t: t.timestamp, default=None)
+
+
 class TurnMonitor(Monitor):
     """A monitor for one turn: its records in order (logfire metrics still go out; no file)."""
 
@@ -98,8 +107,7 @@ class ServedTutor:
                          history: Sequence[ModelMessage] = ()) -> ServedTurn:
         """Open a turn: the experiment running now decides the learner's arm for the whole turn."""
         experiment = await asyncio.to_thread(current_experiment, self.log, self.default_experiment)
-        last = getattr(self.log, "last_turn", None)
-        previous = await asyncio.to_thread(last, subject, conversation_id) if last else None
+        previous = await asyncio.to_thread(_last_turn, self.log, subject, conversation_id)
         monitor = TurnMonitor()
         deps = TutorDeps(self.retriever, experiment, monitor, subject)
         arm = experiment.arm(subject) if experiment is not None else "unassigned"
@@ -230,7 +238,8 @@ class ServedTurn:
         log.add_turn(turn)
         for rec in self.monitor.turn_records:
             log.add_retrieval(rec, self.turn_id)
-        if self.previous is not None and self.previous_question is not None:
+        if self.previous is not None and self.previous_question is not None and not self.previous.failed:
+            # (a failed turn is not in the stored conversation: the history's last question is an older one)
             before = self.previous.found_ids[0] if self.previous.found_ids else None
             now = turn.found_ids[0] if turn.found_ids else None
             log.update_turn(self.previous.turn_id,
