@@ -26,7 +26,7 @@ def main() -> None:
     parser.add_argument("--wait-s", type=float, default=900)
     args = parser.parse_args()
     options = Options()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,1000", "--lang=ru"):
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,1400", "--lang=ru"):
         options.add_argument(arg)
     options.binary_location = "/usr/bin/chromium"
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
@@ -43,6 +43,12 @@ def main() -> None:
         driver.execute_script("window.scrollTo(0, 0)")
         args.out.parent.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(args.out))
+        try:  # a small PNG: 64 colours are plenty for a page of text
+            from PIL import Image
+
+            Image.open(args.out).convert("RGB").quantize(64).save(args.out, optimize=True)
+        except ImportError:
+            pass
         print(f"{args.out}: {args.out.stat().st_size} bytes")
     finally:
         driver.quit()

@@ -115,4 +115,4 @@ def entry_card(entry: dict[str, Any]) -> dict[str, Any]:
     text = str(entry.get("explanation") or entry.get("content") or entry.get("text") or "")
     return {"id": str(entry.get("id", "")), "pattern": str(entry.get("pattern") or entry.get("topic") or entry.get("title") or ""),
             "name": str(entry.get("name") or entry.get("subtopic") or ""), "examples": examples,
-            "text": text[:280] + ("…" if len(text) > 280 else "")}
+            "text": text[:200] + ("…" if len(text) > 200 else "")}

@@ -178,6 +178,7 @@ class ServedTurn:
                 if getattr(part, "part_kind", "") == "tool-return" and isinstance(meta, dict):
                     hypotheses += [dict(h) for h in meta.get("hypotheses", ())]
         return {"arm": self.arm, "experiment": self.experiment.name if self.experiment else None,
+                "running": bool(self.experiment and self.experiment.enabled),
                 "hyde_by_arm": arm_uses_hyde(self.arm),
                 "searches": [{"tool": r.tool, "used_hyde": r.used_hyde, "why": why_hyde(r), "results": r.results,
                               "ms": round(r.total_ms)} for r in self.monitor.turn_records],

@@ -37,7 +37,8 @@ function showCards(box, entries) {
 }
 
 function showOperator(box, view) {
-  const lines = ["оператор: группа " + view.arm + (view.experiment ? " (эксперимент " + view.experiment + ")" : "")];
+  const state = view.running ? "идёт" : "остановлен";
+  const lines = ["оператор: группа " + view.arm + (view.experiment ? " (эксперимент " + view.experiment + " " + state + ")" : "")];
   for (const s of view.searches || []) lines.push(s.tool + ": " + s.why + ", " + s.results + " рез., " + s.ms + " мс");
   for (const h of view.hypotheses || []) lines.push("гипотеза (" + h.source + "): " + h.text);
   box.textContent = lines.join("\n");
@@ -46,7 +47,7 @@ function showOperator(box, view) {
 
 function ratingBar(turnId) {
   const bar = el("div", "rate");
-  const up = el("button", "rate-up", "👍"), down = el("button", "rate-down", "👎");
+  const up = el("button", "rate-up", "👍 Помогло"), down = el("button", "rate-down", "👎 Не помогло");
   up.type = down.type = "button";
   up.title = "Полезный ответ"; down.title = "Ответ не помог";
   const reason = el("input", "reason");
