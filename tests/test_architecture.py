@@ -17,7 +17,8 @@ ALLOWED: dict[str, set[str]] = {
     "hyde": {"retrieval", "corpus", "llm"},
     "plugin": {"retrieval", "corpus", "llm", "hyde"},
     "evaluation": {"retrieval", "corpus", "llm", "hyde", "plugin"},
-    "cli": {"retrieval", "corpus", "llm", "hyde", "plugin", "evaluation"},
+    "server": {"retrieval", "corpus", "llm", "hyde", "plugin", "evaluation"},
+    "cli": {"retrieval", "corpus", "llm", "hyde", "plugin", "evaluation", "server"},
 }
 MAX_MODULE_LINES = 350
 

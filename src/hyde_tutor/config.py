@@ -307,6 +307,25 @@ class JudgeSettings(BaseModel):
     timeout_s: float = Field(30.0, gt=0, description="Timeout of one judge call (a late verdict is a failure).")
 
 
+class ServerSettings(BaseModel):
+    """``hyde-tutor serve`` (docs/serving.md): the web tutor, its database and its guards."""
+
+    database_url: str | None = Field(None, description="SQLAlchemy URL of the conversations and events database; "
+                                     "unset = SQLite data_dir/served.db; postgresql://user:pw@host/db (psycopg 3).")
+    host: str = Field("127.0.0.1", description="Address uvicorn listens on.")
+    port: int = Field(8000, ge=1, le=65535, description="Port uvicorn listens on.")
+    workers: int = Field(1, ge=1, le=64, description="uvicorn workers (>1 needs HYDE_QDRANT__URL).")
+    secret: SecretStr | None = Field(None, description="Signs learner cookies; unset = data_dir/server-secret.")
+    operator_token: SecretStr | None = Field(None, description="Bearer token of the operator endpoints (unset: 403).")
+    host_secret: SecretStr | None = Field(None, description="Lets a host app name the learner (X-Hyde-Learner).")
+    allowed_hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1", "localhost", "[::1]"],
+                                     description="Host header values served (DNS-rebinding guard), JSON list.")
+    max_message_chars: int = Field(2000, ge=10, le=100_000, description="Longest learner message (422 beyond).")
+    max_body_bytes: int = Field(65_536, ge=1024, description="Largest request body (413 beyond).")
+    rate_per_minute: int = Field(20, ge=1, description="Messages per learner per minute, per worker (429 beyond).")
+    max_requests: int = Field(6, ge=1, le=50, description="Model requests per turn.")
+    turn_timeout_s: float = Field(300.0, gt=0, description="A turn running longer is stopped.")
+
 class Settings(BaseSettings):
     """All hyde-tutor settings. Create with ``Settings()`` to read env and ``.env``."""
 
@@ -337,3 +356,4 @@ class Settings(BaseSettings):
         default_factory=dict, description="Collections hyde-tutor did not build: vector names, sparse encoder, "
         "payload fields (JSON object: collection -> schema).",
     )
+    server: ServerSettings = Field(default_factory=ServerSettings)

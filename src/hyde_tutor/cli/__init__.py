@@ -4,6 +4,7 @@
 * ``search``: search
 * ``evaluation``: eval, bench, ab-report
 * ``chat``: chat, demo
+* ``serve``: serve, experiment
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from . import corpus  # noqa: E402, F401, I001
 from . import search  # noqa: E402, F401
 from . import evaluation  # noqa: E402, F401
 from . import chat  # noqa: E402, F401
+from . import serve  # noqa: E402, F401
 
 __all__ = ["app", "main"]
 

@@ -1,0 +1,163 @@
+"""A drill of `hyde-tutor serve` through HTTP: N concurrent learner sessions against a real uvicorn, each asking
+questions of the grammar eval set; time to first token, turns per second, failed turns, and the events stored.
+
+    # a stub model (pydantic-ai FunctionModel) writing ~1 token per --token-s, over the real corpus and retriever
+    HYDE_DATA_DIR=/tmp/x python scripts/serve_drill.py --sessions 50 --turns 2 --token-s 0.025
+    # the configured model (the embedded one with no key), a few sessions
+    HYDE_DATA_DIR=/tmp/x python scripts/serve_drill.py --model configured --sessions 3 --turns 1
+
+The collections must be ingested in HYDE_DATA_DIR first (`hyde-tutor ingest`). The server runs in a child
+process (`python -m uvicorn ... --factory`), one worker (the embedded store opens in one process only); its
+database is a fresh SQLite file under HYDE_DATA_DIR/drill-<time>.db. The figures are the client's view.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+REPLY_WORDS = ("Скажите так: 주말에 부산에 가고 싶어요. Конструкция -고 싶다 выражает желание самого говорящего: "
+               "основа глагола плюс 고 싶다, в вежливой речи 고 싶어요. Например, 뭐 먹고 싶어요? — Что ты хочешь поесть? "
+               "Для третьего лица говорят 고 싶어 하다: 친구가 가고 싶어 해요.").split(" ")
+
+
+def stub_app():  # type: ignore[no-untyped-def]
+    """uvicorn factory: the configured retriever and database, a stub tools-mode model at DRILL_TOKEN_S per token."""
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
+    from pydantic_ai.models.function import DeltaToolCall, FunctionModel
+
+    from hyde_tutor.plugin.chat import build_tutor_agent
+    from hyde_tutor.server import app_from_settings
+
+    token_s = float(os.environ.get("DRILL_TOKEN_S", "0.025"))
+
+    def question(messages):  # type: ignore[no-untyped-def]
+        return next(p.content for m in messages if isinstance(m, ModelRequest) for p in m.parts
+                    if isinstance(p, UserPromptPart))
+
+    def answered(messages) -> bool:  # type: ignore[no-untyped-def]
+        return isinstance(messages[-1], ModelRequest) and any(isinstance(p, ToolReturnPart) for p in messages[-1].parts)
+
+    def call(messages, info):  # type: ignore[no-untyped-def]
+        if answered(messages):
+            return ModelResponse(parts=[TextPart(" ".join(REPLY_WORDS))])
+        return ModelResponse(parts=[ToolCallPart("grammar_search", {"query": question(messages)})])
+
+    async def stream(messages, info):  # type: ignore[no-untyped-def]
+        if not answered(messages):
+            await asyncio.sleep(token_s * 10)  # the tool call's ~10 tokens
+            yield {0: DeltaToolCall(name="grammar_search", json_args=json.dumps({"query": question(messages)}))}
+            return
+        await asyncio.sleep(token_s * 5)  # the second request's prompt
+        for word in REPLY_WORDS:
+            await asyncio.sleep(token_s)
+            yield word + " "
+
+    return app_from_settings(agent=build_tutor_agent(FunctionModel(call, stream_function=stream)))
+
+
+async def learner(url: str, n: int, questions: list[str], turns: int) -> list[dict]:
+    out = []
+    async with httpx.AsyncClient(base_url=url, timeout=900) as client:
+        await client.get("/")
+        for i in range(turns):
+            text = questions[(n * turns + i) % len(questions)]
+            body = {"id": f"drill{n}", "trigger": "submit-message",
+                    "messages": [{"id": f"m{n}-{i}", "role": "user", "parts": [{"type": "text", "text": text}]}]}
+            started = time.perf_counter()
+            first = cards = None
+            failed, turn_id = True, None
+            async with client.stream("POST", "/api/chat", json=body) as response:
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: {"):
+                        continue
+                    chunk = json.loads(line[6:])
+                    now = time.perf_counter() - started
+                    if chunk["type"] == "text-delta" and first is None:
+                        first = now
+                    elif chunk["type"] == "data-entries" and cards is None:
+                        cards = now
+                    elif chunk["type"] == "data-reply":
+                        failed, turn_id = chunk["data"]["failed"], chunk["data"]["turn_id"]
+                        first = first if first is not None else now  # a structured answer arrives whole
+            out.append({"ttft": first, "cards": cards, "total": time.perf_counter() - started, "failed": failed,
+                        "status": response.status_code, "turn_id": turn_id})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, default=50)
+    parser.add_argument("--turns", type=int, default=2, help="questions per session, one after another")
+    parser.add_argument("--token-s", type=float, default=0.025, help="stub model: seconds per token (0.025 = 40/s)")
+    parser.add_argument("--model", choices=("stub", "configured"), default="stub")
+    parser.add_argument("--json", type=Path, help="write the per-turn rows here")
+    args = parser.parse_args()
+    data_dir = Path(os.environ.get("HYDE_DATA_DIR", ".hyde")).resolve()
+    db = data_dir / f"drill-{int(time.time())}.db"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    target = "serve_drill:stub_app" if args.model == "stub" else "hyde_tutor.server.build:app_from_environment"
+    env = {**os.environ, "HYDE_DATA_DIR": str(data_dir), "HYDE_SERVER__DATABASE_URL": f"sqlite:///{db}",
+           "HYDE_SERVER__RATE_PER_MINUTE": "1000", "DRILL_TOKEN_S": str(args.token_s),
+           "HYDE_SERVER__TURN_TIMEOUT_S": "900"}
+    server = subprocess.Popen([sys.executable, "-m", "uvicorn", target, "--factory", "--app-dir", str(ROOT / "scripts"),
+                               "--port", str(port), "--log-level", "warning"], env=env, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                sys.exit("the server did not start")
+            time.sleep(0.5)
+        questions = [json.loads(line)["text"] for line in (ROOT / "data/eval/grammar/queries.jsonl").read_text().splitlines()]
+
+        async def everyone() -> list[list[dict]]:
+            return await asyncio.gather(*(learner(url, n, questions, args.turns) for n in range(args.sessions)))
+
+        started = time.perf_counter()
+        rows = [r for session in asyncio.run(everyone()) for r in session]
+        wall = time.perf_counter() - started
+    finally:
+        server.terminate()
+        server.wait(120)
+    from hyde_tutor.plugin.sqlstore import open_event_log
+
+    log = open_event_log(f"sqlite:///{db}")
+    stored = {t.turn_id for t in log.turns()}
+    ttft = np.array([r["ttft"] for r in rows if r["ttft"] is not None])
+    cards = np.array([r["cards"] for r in rows if r["cards"] is not None])
+    totals = np.array([r["total"] for r in rows])
+    failed = sum(1 for r in rows if r["failed"] or r["status"] != 200)
+    print(f"model {args.model}" + (f" ({1 / args.token_s:.0f} tokens/s)" if args.model == "stub" else "")
+          + f", {args.sessions} concurrent sessions x {args.turns} turns = {len(rows)} turns in {wall:.1f} s")
+    print(f"time to first token p50 {np.percentile(ttft, 50):.2f} s, p95 {np.percentile(ttft, 95):.2f} s; "
+          f"cards p50 {np.percentile(cards, 50):.2f} s; turn p50 {np.percentile(totals, 50):.2f} s, "
+          f"p95 {np.percentile(totals, 95):.2f} s")
+    print(f"turns/s {len(rows) / wall:.2f}; failed turns {failed}; events: {len(stored)} turns stored for "
+          f"{len(rows)} turns served ({'all, once' if stored == {r['turn_id'] for r in rows} else 'MISMATCH'}), "
+          f"{len(log.retrievals())} retrievals")
+    print("load: " + Path("/proc/loadavg").read_text().strip())
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""Build the served tutor's parts from settings, the way ``hyde-tutor chat`` builds its agent: the embedded
+model with no key, a capable model by settings (``HYDE_LLM__*``, ``HYDE_OPENAI__API_KEY``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.applications import Starlette
+
+from ..config import Settings
+from .app import ServerParts, create_app
+from .learners import LearnerIdentity, server_secret
+
+__all__ = ("app_from_environment", "app_from_settings", "outcome_report")
+
+
+def outcome_report(log: Any, experiment: str | None) -> dict[str, Any]:
+    """The A/B report of the event log: ``evaluation.abreport.outcome_report`` where it exists, else the
+    experiment's status and counts (``plugin.operations.experiment_status``)."""
+    from ..evaluation import abreport
+
+    report = getattr(abreport, "outcome_report", None)
+    if report is not None:
+        return report(log, experiment)
+    from ..plugin.operations import experiment_status
+
+    return experiment_status(log, None)
+
+
+def app_from_settings(settings: Settings | None = None, *, judge: Any = None, agent: Any = None) -> Starlette:
+    """The app with the configured model, retriever, database and secrets.
+
+    Args:
+        settings: the settings (None: environment and ``.env``).
+        judge: optional relevance judge (``async maybe_judge(turn, question, entries) -> dict | None``).
+        agent: a ready tutor agent in tools mode (a drill's stub model); None builds the configured one.
+    """
+    from ..hyde import HydeRetriever
+    from ..llm.backends import make_llm
+    from ..plugin.chat import build_tutor_agent, default_chat_mode
+    from ..plugin.experiment import experiment_from_settings
+    from ..plugin.served import ServedTutor
+    from ..plugin.sqlconversations import SqlConversationStore
+    from ..plugin.sqlstore import SqlEventLog, open_database
+
+    settings = settings or Settings()
+    _turn_logs()
+    database = open_database(settings)
+    llm = make_llm(settings) if agent is None else None
+    retriever = HydeRetriever.from_settings(settings)
+    mode = default_chat_mode(llm) if llm is not None else "tools"
+    agent = agent if agent is not None else build_tutor_agent(llm, mode=mode)
+    tutor = ServedTutor(agent, retriever, SqlEventLog(database), experiment_from_settings(settings), judge=judge,
+                        retrieve_first=mode == "retrieve-first")
+    secret = settings.server.secret.get_secret_value() if settings.server.secret else None
+    host_secret = settings.server.host_secret.get_secret_value() if settings.server.host_secret else None
+    identity = LearnerIdentity(server_secret(secret, settings.data_dir), host_secret)
+    parts = ServerParts(tutor, SqlConversationStore(database), settings, identity, report=outcome_report,
+                        closers=[retriever.close, database.close, *([llm.close] if llm is not None else [])])
+    return create_app(parts)
+
+
+def _turn_logs() -> None:
+    """Each served turn logs one line at INFO (learner hash, arm, outcome, time; never the text), in every worker."""
+    import logging
+
+    for name in ("hyde_tutor.served", "hyde_tutor.server"):
+        log = logging.getLogger(name)
+        log.setLevel(logging.INFO)
+        if not any(getattr(h, "hyde_served_handler", False) for h in log.handlers):
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            handler.hyde_served_handler = True  # type: ignore[attr-defined]
+            log.addHandler(handler)
+            log.propagate = False
+
+
+def app_from_environment() -> Starlette:
+    """uvicorn's factory (``--factory``): each worker builds its parts from the environment and ``.env``."""
+    return app_from_settings(Settings())

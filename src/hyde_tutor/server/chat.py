@@ -1,0 +1,90 @@
+"""The chat endpoint's stream: the agent run through pydantic-ai's Vercel AI adapter, with the served turn's
+cards and final reply as data parts (the turn's logic is :mod:`hyde_tutor.plugin.served`'s).
+
+What reaches the learner: the reply's text as it streams (not a structured answer's raw JSON), a
+``data-entries`` part as soon as a search has found entries (cards: pattern, Russian name, examples), and a
+``data-reply`` part at the end (the turn id to rate, and the reply the learner keeps: grounded in the
+entries, or the entries and one line when the model failed). Tool calls and raw tool results are not
+sent (the hypotheses and the arm are the operator's: an operator's request gets them in ``operator``).
+A model error's text never reaches the page; its type goes into the turn record and the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic_ai.ui.vercel_ai import VercelAIAdapter
+from pydantic_ai.ui.vercel_ai.response_types import (AbortChunk, BaseChunk, DataChunk, DoneChunk, ErrorChunk,
+                                                     FinishChunk, StartChunk, TextDeltaChunk, TextEndChunk,
+                                                     TextStartChunk)
+from pydantic_ai.usage import UsageLimits
+
+from ..plugin.served import ServedTurn
+
+__all__ = ("turn_stream",)
+
+_TEXT = (TextStartChunk, TextDeltaChunk, TextEndChunk)
+
+
+async def turn_stream(adapter: VercelAIAdapter[Any, Any], turn: ServedTurn, *, operator: bool, max_requests: int,
+                      timeout_s: float) -> AsyncIterator[BaseChunk]:
+    """The chunks of one served turn (see the module's docstring)."""
+    results: list[Any] = []
+    errors: list[str] = []
+
+    async def on_complete(result: Any) -> None:
+        results.append(result)
+
+    async def native() -> AsyncIterator[Any]:
+        try:
+            async for event in adapter.run_stream_native(
+                    deps=turn.deps, conversation_id=turn.conversation_id, timeout=timeout_s,
+                    usage_limits=UsageLimits(request_limit=max_requests)):
+                yield event
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+            raise
+
+    def entries_chunk(cards: list[dict[str, Any]]) -> DataChunk:
+        data: dict[str, Any] = {"entries": cards}
+        if operator:
+            data["operator"] = turn.operator_view()
+        return DataChunk(type="data-entries", data=data)
+
+    async def reply_chunk() -> DataChunk:
+        result = results[0] if results and not errors else None
+        error = None if result is not None else (errors[0] if errors else "RunStopped: the run did not finish")
+        data = await turn.finish(result, error)
+        if operator:
+            data["operator"] = turn.operator_view(result)
+        return DataChunk(type="data-reply", data=data)
+
+    cards = await turn.prefetch()
+    finished = False
+    async for chunk in adapter.transform_stream(native(), on_complete=on_complete):
+        new = turn.new_cards()  # a search just ended (its tool result is this chunk): the cards go out now
+        if new:
+            yield entries_chunk(new)
+        if isinstance(chunk, _TEXT):
+            if isinstance(chunk, TextDeltaChunk) and chunk.delta:
+                turn.text_arrived()
+            if turn.tutor.structured:
+                continue  # a structured answer's JSON: the learner gets the rendered reply in data-reply
+        elif isinstance(chunk, ErrorChunk):
+            if not errors:
+                errors.append("ModelError: the run ended in an error event")
+            continue
+        elif isinstance(chunk, AbortChunk):
+            errors.append("TimeoutError: the turn ran past HYDE_SERVER__TURN_TIMEOUT_S")
+            continue
+        elif isinstance(chunk, (FinishChunk, DoneChunk)) and not finished:
+            finished = True
+            yield await reply_chunk()
+        elif str(getattr(chunk, "type", "")).startswith("tool-"):
+            continue
+        yield chunk
+        if isinstance(chunk, StartChunk) and cards:
+            yield entries_chunk(cards)
+    if not finished:
+        yield await reply_chunk()

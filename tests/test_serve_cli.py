@@ -1,0 +1,33 @@
+"""`hyde-tutor experiment` and `hyde-tutor serve`'s refusals, through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from hyde_tutor.cli import app
+from hyde_tutor.plugin.sqlstore import open_event_log
+
+
+def test_the_experiment_command_writes_events_the_server_reads(isolated_env: Path) -> None:
+    runner = CliRunner()
+    status = json.loads(runner.invoke(app, ["experiment", "status", "--json"]).stdout)
+    assert status["enabled"] is False and status["set_by"].startswith("settings")
+    started = runner.invoke(app, ["experiment", "start", "--share", "0.3", "--name", "t1"])
+    assert started.exit_code == 0 and "t1: start, HyDE share 0.30, running" in started.output
+    assert runner.invoke(app, ["experiment", "share", "--share", "0.6"]).exit_code == 0
+    bad = runner.invoke(app, ["experiment", "share"])
+    assert bad.exit_code == 2 and "--share" in bad.output
+    assert runner.invoke(app, ["experiment", "pause"]).exit_code == 2
+    assert runner.invoke(app, ["experiment", "stop"]).exit_code == 0
+    events = open_event_log(None).experiment_events("t1")
+    assert [(e.change, e.hyde_share, e.enabled, e.actor) for e in events] == [
+        ("start", 0.3, True, "cli"), ("share", 0.6, True, "cli"), ("stop", 0.6, False, "cli")]
+
+
+def test_serve_refuses_several_workers_on_the_embedded_store(isolated_env: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HYDE_SERVER__WORKERS", "1")  # serve writes its options to the environment: undone after
+    result = CliRunner().invoke(app, ["serve", "--workers", "2"])
+    assert result.exit_code == 2 and "HYDE_QDRANT__URL" in result.output

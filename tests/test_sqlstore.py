@@ -1,0 +1,152 @@
+"""The served tutor's database, on SQLite and on a real PostgreSQL: the event log keeps the contract of
+``tests/test_events.py``, and the conversation store keeps conversations per learner and refuses a stale save."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic_ai.conversation import Conversation
+from pydantic_ai.conversation_store import ConversationConflict
+from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+from hyde_tutor.config import Settings
+from hyde_tutor.plugin.events import EventLog, ExperimentEvent, RatingEvent, TurnRecord
+from hyde_tutor.plugin.monitor import RetrievalRecord
+from hyde_tutor.plugin.sqlconversations import SqlConversationStore
+from hyde_tutor.plugin.sqlstore import SqlDatabase, SqlEventLog, database_url, open_event_log
+
+from .pg_cluster import pg_cluster
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    with pg_cluster() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlDatabase]:
+    if request.param == "sqlite":
+        database = SqlDatabase(f"sqlite:///{tmp_path / 'served.db'}")
+    else:
+        database = SqlDatabase(request.getfixturevalue("pg_url"))
+        with database.engine.begin() as conn:  # a clean slate per test on the module's cluster
+            for table in reversed(database.metadata.sorted_tables):
+                conn.execute(table.delete())
+    yield database
+    database.close()
+
+
+def _turn(turn_id: str = "t1", subject: str = "s1", **kw) -> TurnRecord:
+    return TurnRecord(turn_id=turn_id, subject=subject, conversation_id="c1", experiment="x", arm="hyde", **kw)
+
+
+def test_the_event_log_keeps_the_contract(db: SqlDatabase) -> None:
+    log = SqlEventLog(db)
+    assert isinstance(log, EventLog)
+    log.add_turn(_turn(found_ids=("g1", "g2"), first_token_s=0.25))
+    with pytest.raises(ValueError, match="already stored"):
+        log.add_turn(_turn())
+    assert log.update_turn("t1", rephrase=True, judge_score=0.5)
+    assert not log.update_turn("nope", rephrase=True)
+    with pytest.raises(ValueError, match="not outcome fields"):
+        log.update_turn("t1", arm="raw")
+    assert not log.add_rating(RatingEvent(turn_id="t1", subject="someone-else", rating=1))
+    assert log.add_rating(RatingEvent(turn_id="t1", subject="s1", rating=-1, reason="не то"))
+    with pytest.raises(ValueError, match=r"\+1 or -1"):
+        log.add_rating(RatingEvent(turn_id="t1", subject="s1", rating=5))
+    (turn,) = log.turns()
+    assert (turn.rephrase, turn.judge_score, turn.arm, turn.rating, turn.rating_reason) == (True, 0.5, "hyde", -1, "не то")
+    assert turn.found_ids == ("g1", "g2") and turn.first_token_s == 0.25 and turn.grounded is None
+    assert [r.subject for r in log.ratings("t1")] == ["s1"]
+    rec = RetrievalRecord(experiment="x", arm="raw", use_hyde=False, reason="experiment", tool="grammar_search",
+                          collection="grammar", stages_ms={"total_ms": 3.5}, hypothesis_sources=["agent"])
+    log.add_retrieval(rec, "t1")
+    log.add_retrieval(rec, None)
+    assert [t for t, _ in log.retrievals()] == ["t1", None]
+    (only,) = log.retrievals("t1")
+    assert only[1] == rec
+    log.add_experiment_event(ExperimentEvent(change="start", experiment="x", hyde_share=0.5, enabled=True))
+    log.add_experiment_event(ExperimentEvent(change="stop", experiment="x", hyde_share=0.5, enabled=False))
+    assert [e.change for e in log.experiment_events("x")] == ["start", "stop"]
+    assert log.experiment_events("other") == []
+    assert log.latest_experiment_event().change == "stop"
+    assert log.turns("other") == [] and len(log.turns("x")) == 1
+
+
+def test_the_last_turn_of_a_learners_conversation(db: SqlDatabase) -> None:
+    log = SqlEventLog(db)
+    log.add_turn(_turn("a", timestamp=1.0))
+    log.add_turn(_turn("b", timestamp=2.0))
+    log.add_turn(_turn("c", subject="s2", timestamp=3.0))
+    assert log.last_turn("s1", "c1").turn_id == "b"
+    assert log.last_turn("s3", "c1") is None
+
+
+def _conversation(cid: str, *texts: str) -> Conversation:
+    messages = []
+    for text in texts:
+        messages += [ModelRequest(parts=[UserPromptPart(text)]), ModelResponse(parts=[TextPart("ответ: " + text)])]
+    return Conversation(messages=messages, conversation_id=cid)
+
+
+async def test_conversations_are_kept_per_learner_and_a_stale_save_is_refused(db: SqlDatabase) -> None:
+    store = SqlConversationStore(db)
+    first = _conversation("learner-a:chat1", "привет")
+    entries = await store.save(first, scope="learner-a")
+    assert len(entries) == 2
+    assert await store.load("learner-a:chat1", scope="learner-b") is None  # another learner reaches nothing
+    loaded = await store.load("learner-a:chat1", scope="learner-a")
+    assert [m.parts[0].content for m in loaded.messages] == ["привет", "ответ: привет"]
+    loaded.messages += _conversation("x", "ещё").messages
+    stale = await store.load("learner-a:chat1", scope="learner-a")
+    assert len(await store.save(loaded, scope="learner-a")) == 2  # only the new messages are stored
+    stale.messages += _conversation("x", "другое").messages
+    with pytest.raises(ConversationConflict):
+        await store.save(stale, scope="learner-a")
+    again = await store.load("learner-a:chat1", scope="learner-a")
+    assert len(again.messages) == 4
+    assert [r.conversation_id for r in await store.list_conversations(scope="learner-a")] == ["learner-a:chat1"]
+    assert await store.list_conversations(scope="learner-b") == []
+    with pytest.raises(ConversationConflict):  # an id someone else holds cannot be created again
+        await store.save(_conversation("learner-a:chat1", "захват"), scope="learner-b")
+    await store.delete("learner-a:chat1", scope="learner-a")
+    assert await store.load("learner-a:chat1", scope="learner-a") is None
+
+
+def test_open_event_log_takes_a_url_or_settings(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path)
+    assert database_url(settings) == f"sqlite:///{(tmp_path / 'served.db').resolve()}"
+    log = open_event_log(settings)
+    log.add_turn(_turn())
+    assert [t.turn_id for t in open_event_log(database_url(settings)).turns()] == ["t1"]
+    bad = Settings(data_dir=tmp_path, server={"database_url": "postgresql://nobody@/none?host=/nonexistent"})
+    with pytest.raises(RuntimeError, match="HYDE_SERVER__DATABASE_URL"):
+        open_event_log(bad)
+
+
+def _write_turns(url: str, worker: int, n: int) -> None:
+    log = open_event_log(url)
+    for i in range(n):
+        log.add_turn(_turn(f"w{worker}-{i}", subject=f"s{worker}"))
+        log.update_turn(f"w{worker}-{i}", rephrase=bool(i % 2))
+        log.add_retrieval(RetrievalRecord(experiment="x", arm="hyde", use_hyde=True, reason="experiment",
+                                          tool="grammar_search", collection="grammar"), f"w{worker}-{i}")
+
+
+def test_four_processes_write_one_sqlite_file_and_lose_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'served.db'}"
+    open_event_log(url)  # the tables, once
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_write_turns, args=(url, w, 40)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    log = open_event_log(url)
+    assert len(log.turns()) == 160 and len(log.retrievals()) == 160
+    assert sum(t.rephrase for t in log.turns()) == 80
