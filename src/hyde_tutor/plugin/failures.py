@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..errors import CollectionNotFoundError, EmbedderMismatchError, StoreLockedError, StoreUnavailableError
+from ..errors import (CollectionNotFoundError, EmbedderError, EmbedderMismatchError, StoreLockedError,
+                      StoreUnavailableError)
 
 __all__ = ["tool_failure_message"]
 
@@ -23,6 +24,8 @@ def tool_failure_message(exc: BaseException, tool: str, collection: str) -> str:
                f"ingest --collection {collection} --file PATH --recreate)")
     elif isinstance(exc, StoreUnavailableError):
         why = "the search store is unreachable or damaged"
+    elif isinstance(exc, EmbedderError):
+        why = "the embedding model failed or did not answer in time (a later search tries again)"
     else:
         why = f"the search failed ({type(exc).__name__})"
     return (f"{tool} is unavailable right now: {why}. Do not call it again in this turn; answer from your own "
