@@ -93,3 +93,42 @@ async def test_a_server_killed_in_use_starts_again_on_the_next_call_with_a_backo
     finally:
         backend.close()
     assert server._proc is None
+
+
+async def test_a_questions_collection_deleted_after_first_use_drops_that_channel_not_the_search(
+        tmp_path: Path, hash_embedder, bm25) -> None:  # type: ignore[no-untyped-def]
+    """``ingest --questions K --recreate`` deletes ``grammar__questions`` and regenerates it for minutes: the
+    searches meanwhile keep their raw hits, say why the channel went, and name no wrong collection."""
+    from pydantic_ai.exceptions import ToolFailed
+
+    from hyde_tutor import EdgeStore
+    from hyde_tutor.plugin.toolset import TutorDeps, search_with_deps
+    from hyde_tutor.retrieval.store import questions_collection
+
+    from .test_questions import _generator, _ingest_all, _model, _pipeline
+
+    store = EdgeStore(tmp_path / "edge")
+    try:
+        _ingest_all(store, hash_embedder, bm25, _generator(_model([]), None))
+        hr = _pipeline(store, hash_embedder, bm25, enabled=True)
+        assert (await hr.search("grammar", "хочу поехать", use_hyde=False)).used_questions  # first use: found
+        store.delete_collection(questions_collection("grammar"))
+        later = await hr.search("grammar", "хочу поехать", use_hyde=False)
+        assert later.results and not later.used_questions
+        assert any("questions channel dropped" in e and "grammar__questions" in e for e in later.errors), later.errors
+        found = await search_with_deps(TutorDeps(retriever=hr), "grammar_search", "grammar", "хочу", 3, False)
+        assert found["results"]  # the tool too: raw hits, no failure
+        store.delete_collection("grammar")  # the searched collection itself gone: the message names it
+        hr.retriever.forget("grammar")
+        with pytest.raises(ToolFailed, match="collection 'grammar' does not exist"):
+            await search_with_deps(TutorDeps(retriever=hr), "grammar_search", "grammar", "хочу", 3, False)
+    finally:
+        store.close()
+
+
+def test_a_tool_failure_names_the_collection_the_error_names() -> None:
+    from hyde_tutor.errors import CollectionNotFoundError
+    from hyde_tutor.plugin.failures import tool_failure_message
+
+    message = tool_failure_message(CollectionNotFoundError("grammar__questions"), "grammar_search", "grammar")
+    assert "'grammar__questions' does not exist" in message and "'grammar' does" not in message

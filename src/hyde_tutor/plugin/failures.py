@@ -10,7 +10,12 @@ __all__ = ["tool_failure_message"]
 
 def tool_failure_message(exc: BaseException, tool: str, collection: str) -> str:
     """What the model is told when a search cannot run: what happened and what the operator can do, in
-    words, never the raw exception (which may carry file paths or engine internals)."""
+    words, never the raw exception (which may carry file paths or engine internals). A missing collection is
+    named as the error names it (a search may read a companion collection, ``<name>__questions``)."""
+    if isinstance(exc, CollectionNotFoundError):
+        collection = exc.name
+    elif isinstance(exc, EmbedderMismatchError):
+        collection = exc.collection
     if isinstance(exc, StoreLockedError):
         why = "the search store is locked by another process"
     elif isinstance(exc, CollectionNotFoundError):

@@ -94,6 +94,10 @@ class Retriever:
         """Whether :meth:`check_collection` already passed for ``collection`` (then it costs nothing)."""
         return collection in self._checked
 
+    def forget(self, collection: str) -> None:
+        """Check ``collection`` again on its next use (it failed: deleted, or rebuilt with other embedders)."""
+        self._checked.pop(collection, None)
+
     def check_collection(self, collection: str) -> CollectionSpec:
         """The collection's spec; raises if it is missing or was built by other embedders. A collection with
         a schema (built elsewhere) only has to exist: its schema says how to search it."""
