@@ -132,6 +132,11 @@ class HydeTutor(AbstractCapability[TutorDeps]):
             raise ValueError(f"HydeTutor mode must be one of {', '.join(TUTOR_MODES)}, not {self.mode!r}")
         self._retrieve = RetrieveFirst(grammar_collection=self.grammar_collection, docs_collection=self.docs_collection)
 
+    @property
+    def retrieval(self) -> RetrieveFirst:
+        """The searches this tutor runs on a learner's message (its collections and sizes), in either mode."""
+        return self._retrieve
+
     @classmethod
     def for_backend(cls, backend: Any, **kwargs: Any) -> HydeTutor:
         """``retrieve-first`` for the embedded local model, ``tools`` for every other backend."""
@@ -159,7 +164,7 @@ def retrieve_step(agent: Any) -> RetrieveFirst:
         if isinstance(capability, RetrieveFirst):
             return capability
         if isinstance(capability, HydeTutor):
-            return capability._retrieve
+            return capability.retrieval
         stack.extend(getattr(capability, "capabilities", None) or ())
         if getattr(capability, "wrapped", None) is not None:
             stack.append(capability.wrapped)
