@@ -173,7 +173,7 @@ class LocalLlamaServer:
                 raise LLMUnavailableError(f"The embedded model server is down ({self._down_because}); "
                                           f"next restart in {wait:.0f} s.")
             if proc is not None:
-                self._down_because = f"it exited with code {proc.returncode}"
+                self._down_because = f"exited with code {proc.returncode}"
                 _log.warning("hyde-tutor: the embedded model server %s; starting it again%s", self._down_because,
                              f" (log: {self.log_path})" if self.log_path else "")
             try:
