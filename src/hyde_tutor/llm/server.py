@@ -157,6 +157,11 @@ class LocalLlamaServer:
             raise
         return self
 
+    @property
+    def running(self) -> bool:
+        """Whether the server process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
     def revive(self) -> None:
         """Before a request: start the server again if it died (its exit logged once); within the backoff after
         a failed restart, :class:`LLMUnavailableError` at once. Blocking: call it from a worker thread."""
@@ -239,7 +244,7 @@ class LlamaCppCompatTransport(httpx2.AsyncBaseTransport):
         """The server behind it: started again before a request when it died (:meth:`LocalLlamaServer.revive`)."""
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        if self.server is not None:
+        if self.server is not None and not self.server.running:  # the common case costs no thread hop
             try:
                 await asyncio.to_thread(self.server.revive)
             except LLMUnavailableError as exc:
