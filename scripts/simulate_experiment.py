@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from hyde_tutor.config import Settings
-from hyde_tutor.corpus.ingest import ingest_file
+from hyde_tutor.corpus.ingest import IngestRequest, ingest_file
 from hyde_tutor.evaluation.abreport import format_outcome_report, outcome_report
 from hyde_tutor.evaluation.agent_replay import load_agent_turns
 from hyde_tutor.evaluation.simulation import SimulationConfig, drop_learners, known_effect, load_questions, simulate
@@ -69,7 +69,7 @@ def build_retriever(data_dir: Path) -> HydeRetriever:
     have = set(base.store.list_collections())
     for collection, path in (("grammar", ROOT / "data" / "grammar.jsonl"), ("docs", ROOT / "data" / "docs.jsonl")):
         if collection not in have:
-            ingest_file(path, collection, base.store, base.dense, base.sparse, progress=False)
+            ingest_file(path, IngestRequest(collection=collection, progress=False), base.store, base.dense, base.sparse)
     base.dense = MemoDense(base.dense)  # type: ignore[assignment]
     return HydeRetriever.from_settings(settings, base)
 

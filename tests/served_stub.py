@@ -92,12 +92,12 @@ def stub_parts(root: Path, settings: Settings, *, token_s: float = 0.0, fail: bo
     from .test_toolset import simulated_hyde
 
     from hyde_tutor import Bm25Encoder, KoreanAwareAnalyzer
-    from hyde_tutor.corpus.ingest import ingest_documents
+    from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
 
     embedder, bm25 = HashEmbedder(), Bm25Encoder(KoreanAwareAnalyzer())
     retriever = simulated_hyde(root, embedder, bm25, latency_ms=5)
     if extra_docs:
-        ingest_documents(list(extra_docs), "grammar", retriever.retriever.store, embedder, bm25, progress=False)
+        ingest_documents(list(extra_docs), IngestRequest(collection="grammar", progress=False), retriever.retriever.store, embedder, bm25)
     database = open_database(database_url or settings)
     tutor = ServedTutor(build_tutor_agent(stub_model(token_s, fail)), retriever, SqlEventLog(database),
                         experiment_from_settings(settings))

@@ -154,7 +154,9 @@ def test_a_full_disk_during_the_model_join_leaves_no_partial_file_and_says_what_
         out.write(src.read(4096))
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(server_module.shutil, "copyfileobj", full_disk)
+    from hyde_tutor.llm import weights
+
+    monkeypatch.setattr(weights.shutil, "copyfileobj", full_disk)
     with pytest.raises(LLMUnavailableError) as caught:
         server_module.qwen_path(tmp_path / "models")
     message = str(caught.value)

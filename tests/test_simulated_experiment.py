@@ -14,7 +14,7 @@ from pydantic_ai.models.function import FunctionModel
 
 from hyde_tutor import EdgeStore, Retriever
 from hyde_tutor.config import Settings
-from hyde_tutor.corpus.ingest import ingest_file
+from hyde_tutor.corpus.ingest import IngestRequest, ingest_file
 from hyde_tutor.evaluation.abreport import outcome_report
 from hyde_tutor.evaluation.agent_replay import load_agent_turns
 from hyde_tutor.evaluation.simulation import SimulationConfig, drop_learners, load_questions, simulate
@@ -30,7 +30,7 @@ from .conftest import DATA
 def sim_retriever(tmp_path: Path, hash_embedder, bm25) -> Iterator[HydeRetriever]:  # noqa: ANN001
     store = EdgeStore(tmp_path / "edge")
     for collection in ("grammar", "docs"):
-        ingest_file(DATA / f"{collection}.jsonl", collection, store, hash_embedder, bm25, progress=False)
+        ingest_file(DATA / f"{collection}.jsonl", IngestRequest(collection=collection, progress=False), store, hash_embedder, bm25)
     backend = LLMBackend(FunctionModel(lambda m, i: ModelResponse(parts=[TextPart("Конструкция: -고\nПример: 먹고")])),
                          "fake", "test")
     hr = HydeRetriever(Retriever(store, hash_embedder, bm25),

@@ -78,6 +78,10 @@ class DenseSettings(BaseModel):
         True, description="Run the USE encoder in a child process, so its CPU work does not wait for this "
         "process's GIL under concurrent searches (false: in this process, one process fewer).",
     )
+    embed_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="The longest a search waits for its query's vectors (per 64 texts); an "
+        "embedder process that does not answer within it is killed and replaced, and the search fails cleanly.",
+    )
 
 
 class OpenAISettings(BaseModel):

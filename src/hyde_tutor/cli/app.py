@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import typer
 from pydantic import ValidationError
 
-from ..config import Settings
+from ..config import Settings, redact_url
 from ..errors import HydeTutorError
 if TYPE_CHECKING:  # imported where used: `hyde-tutor --help` does not load the engines
     from ..hyde import HydeRetriever
@@ -58,8 +59,23 @@ def settings_error_message(exc: ValidationError) -> str:
             parts.append(f"{var} has a bad key {loc[-2]!r}: {err['msg']}")
             continue
         var = "HYDE_" + "__".join(p.upper() for p in loc)
-        parts.append(f"{var}={err.get('input')!r}: {err['msg']}")
+        parts.append(f"{var}={_printable(err.get('input'))!r}: {err['msg']}")
     return "bad setting " + "; ".join(parts) + " (environment or .env; .env.example lists every key and its range)"
+
+
+_SECRET_NAME = re.compile("key|secret|token|password", re.IGNORECASE)
+
+
+def _printable(value: Any) -> Any:
+    """A refused setting as it may be printed: URLs without their passwords or secret query values, and the
+    values of secret-looking keys hidden (the input of a model's check is all of its fields)."""
+    if isinstance(value, dict):
+        return {k: "***" if _SECRET_NAME.search(str(k)) else _printable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_printable(v) for v in value)
+    if isinstance(value, str) and "://" in value:
+        return redact_url(value)
+    return value
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -120,7 +120,7 @@ def ingest_documents(
     ``request.sync`` also deletes the points of documents that are no longer in ``documents`` (refused when
     the input had bad lines: a document on a bad line is not gone, it is unreadable). ``request.recreate``
     builds the collection anew; on a store that can swap collections (the embedded one) it is built beside the
-    live one (``<name>.rebuild``) and swapped in when complete, so searches meanwhile, and a rebuild that fails,
+    live one (:func:`rebuild_name`) and swapped in when complete, so searches meanwhile, and a rebuild that fails,
     see the old collection. A Qdrant server's collection is still dropped first.
 
     Args:
@@ -186,8 +186,13 @@ def _delete_departed(documents: Sequence[Document], collection: str, store: Vect
 
 
 def rebuild_name(collection: str) -> str:
-    """Where ``ingest --recreate`` builds the new ``collection`` before swapping it in (a store that can swap)."""
-    return f"{collection}.rebuild"
+    """Where ``ingest --recreate`` builds the new ``collection`` before swapping it in (a store that can swap):
+    ``<name>.rebuild-<8 hex of the name's hash>``, the name cut to fit 128 characters. A user's own collection
+    (``<name>.rebuild`` included) is never taken for a failed rebuild's leftover and deleted."""
+    import hashlib
+
+    digest = hashlib.sha256(collection.encode("utf-8")).hexdigest()[:8]
+    return f"{collection[:110].rstrip('.')}.rebuild-{digest}"
 
 
 def ingest_file(

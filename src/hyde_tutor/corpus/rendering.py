@@ -79,9 +79,19 @@ def _grammar_text(p: dict[str, Any]) -> str:
     return f"{p.get('pattern', '')} — {p.get('name_ru', '')}. {p.get('explanation_ru', '')} {examples}".strip()
 
 
+def capped(value: Any, limit: int = ENTRY_LINE_CHARS) -> Any:
+    """A retrieved field as a tool result shows it: text cut to ``limit`` characters (with ``…``), an
+    example's fields likewise, anything else as it is (a stored payload may hold text of any length)."""
+    if isinstance(value, str):
+        return value[:limit] + ("…" if len(value) > limit else "")
+    if isinstance(value, dict):
+        return {k: capped(v, limit) for k, v in value.items()}
+    return value
+
+
 def _document_compact(p: dict[str, Any]) -> dict[str, Any]:
     content = str(p.get("content", ""))
-    return {"topic": p.get("topic"), "subtopic": p.get("subtopic"),
+    return {"topic": capped(p.get("topic")), "subtopic": capped(p.get("subtopic")),
             "content": content[:MODEL_TEXT_CHARS] + ("…" if len(content) > MODEL_TEXT_CHARS else "")}
 
 
@@ -100,9 +110,9 @@ _RENDERERS: dict[str, _Renderer] = {
         frozenset({"pattern"}),
         lambda p, long: f"{p.get('pattern', '')} — {p.get('name_ru', '')}" if long else str(p.get("pattern", "")),
         _grammar_text,
-        lambda p: {"pattern": p.get("pattern"), "name": p.get("name_ru"), "level": p.get("level"),
+        lambda p: {"pattern": capped(p.get("pattern")), "name": capped(p.get("name_ru")), "level": capped(p.get("level")),
                    "explanation": str(p.get("explanation_ru") or "")[:MODEL_TEXT_CHARS] or None,
-                   "examples": list(p.get("examples", []))[:2]}),
+                   "examples": [capped(e) for e in list(p.get("examples") or [])[:2]]}),
     "document": _Renderer(
         frozenset({"content"}),
         lambda p, long: _topic_label(p) if long else str(p.get("subtopic") or p.get("title") or ""),
@@ -112,7 +122,7 @@ _RENDERERS: dict[str, _Renderer] = {
         frozenset(),
         lambda p, long: _topic_label(p) if long else str(p.get("title") or ""),
         lambda p: f"{p.get('title', '')} {p.get('text', '')}".strip(),
-        lambda p: {"title": p.get("title"), "text": str(p.get("text", ""))[:MODEL_TEXT_CHARS]}),
+        lambda p: {"title": capped(p.get("title")), "text": str(p.get("text", ""))[:MODEL_TEXT_CHARS]}),
     "generic": _Renderer(
         frozenset(),
         lambda p, long: next((str(v) for k, v in p.items() if isinstance(v, str) and k != "kind"), "")[:120],

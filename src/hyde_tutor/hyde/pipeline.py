@@ -235,14 +235,14 @@ class HydeRetriever:
         kept = stages.threshold(docs, plan.top_k, self.settings)
         gen = hypotheses.generated or GenerationResult()
         missing = ([f"no questions for {plan.collection!r} (run `hyde-tutor ingest --questions K`)"]
-                   if plan.want_questions and not plan.has_questions else [])
+                   if plan.want_questions and not plan.has_questions else list(raw.notes))
         return HydeResult(
             plan.text, plan.collection, kept.docs, ranked.used_hyde, ranked.reason,
             hypotheses=list(gen.hypotheses), usage=gen.usage, effective_threshold=kept.threshold,
             errors=result_errors(gen, ranked, [*hypotheses.notes, *rerank_notes, *missing]),
             timings=StageTimings(raw.ms, gen.seconds * 1000, ranked.embed_ms, ranked.search_ms, rerank_ms,
                                  (time.perf_counter() - started) * 1000),
-            fusion=plan.fusion, used_questions=plan.has_questions, skipped=hypotheses.skipped,
+            fusion=plan.fusion, used_questions=stages.QUESTIONS in raw.channels, skipped=hypotheses.skipped,
             raw_margin=stages.top_margin(raw.channels[RAW]),
         )
 
@@ -251,8 +251,11 @@ class HydeRetriever:
         worker thread held meanwhile), then the store search in a worker thread."""
         started = time.perf_counter()
         encoding = await self.retriever.aencode([plan.search_text], plan.collection)
-        return await asyncio.to_thread(stages.search_raw, self.retriever, plan.collection, plan.search_text,
-                                       plan.depth, plan.has_questions, encoding=encoding, started=started)
+        raw = await asyncio.to_thread(stages.search_raw, self.retriever, plan.collection, plan.search_text,
+                                      plan.depth, plan.has_questions, encoding=encoding, started=started)
+        if raw.notes:  # the questions collection failed: asked again only after the probe's recheck time
+            self.questions_probe.lost(plan.collection)
+        return raw
 
     async def _hypotheses(self, plan: Plan, raw_task: asyncio.Task[stages.RawChannel]) -> Hypotheses:
         """The hypotheses to search: the agent's (free), else generated ones, unless the cascade finds the

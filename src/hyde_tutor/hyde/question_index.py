@@ -45,9 +45,9 @@ def sync_questions(store: VectorStore, collection: str, keep_ids: set[str]) -> N
 
 class QuestionsProbe:
     """Whether ``ingest --questions`` built a collection's companion, asked of the store without blocking the
-    event loop. Found once, it is remembered by the retriever's ``check_collection``; a missing or unreadable
-    one is remembered for ``QUESTIONS_RECHECK_S`` (the hot path does not list collections on every search).
-    It never raises."""
+    event loop. Found once, it is remembered by the retriever's ``check_collection`` until a search over it
+    fails (:meth:`lost`); a missing or unreadable one is remembered for ``QUESTIONS_RECHECK_S`` (the hot path
+    does not list collections on every search). It never raises."""
 
     def __init__(self, retriever: Retriever) -> None:
         self.retriever = retriever
@@ -69,6 +69,13 @@ class QuestionsProbe:
             return False
         self._missing_since.pop(name, None)
         return True
+
+    def lost(self, collection: str) -> None:
+        """The questions collection failed during a search (deleted after first use, being rebuilt): forget
+        that it was found, and believe it missing for ``QUESTIONS_RECHECK_S``."""
+        name = questions_collection(collection)
+        self.retriever.forget(name)
+        self._missing_since[name] = time.monotonic()
 
 
 @dataclass(slots=True)

@@ -46,6 +46,8 @@ class RawChannel:
     channels: Channels
     encoding: EncodedQueries
     ms: float
+    notes: tuple[str, ...] = ()
+    """Why a channel was dropped (the questions collection failed: the raw hits stand)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +109,14 @@ def search_raw(retriever: Retriever, collection: str, text: str, depth: int, que
     when the search began, before the encoding (the channel's time counts from it)."""
     with logfire.span("hyde.raw_channel", questions=questions):
         hits = retriever.store.search_batch(collection, [retriever.request(encoding, 0, depth, collection=collection)])[0]
-        channels = {RAW: hits}
+        channels, notes = {RAW: hits}, ()
         if questions:
-            channels[QUESTIONS] = search_questions(retriever, collection, encoding, depth)
-    return RawChannel(channels, encoding, (time.perf_counter() - started) * 1000)
+            try:
+                channels[QUESTIONS] = search_questions(retriever, collection, encoding, depth)
+            except Exception as exc:  # noqa: BLE001 - deleted or rebuilt under us: drop the channel, keep the hits
+                notes = (f"questions channel dropped: {questions_collection(collection)!r} failed "
+                         f"({type(exc).__name__}: {exc})"[:300],)
+    return RawChannel(channels, encoding, (time.perf_counter() - started) * 1000, notes)
 
 
 def search_questions(retriever: Retriever, collection: str, enc: EncodedQueries, depth: int) -> list[Hit]:

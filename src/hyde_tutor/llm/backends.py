@@ -150,7 +150,7 @@ def make_llm(settings: Settings, *, render: RecordRenderer | None = None) -> LLM
     if provider == "replay":
         return replay_backend(llm.recordings, settings.data_dir / "models", render=render)
     server = local_server(settings)
-    client = httpx2.AsyncClient(transport=LlamaCppCompatTransport(), timeout=600)
+    client = httpx2.AsyncClient(transport=LlamaCppCompatTransport(server=server), timeout=600)
     model = _openai_chat_model(server.model_name, server.base_url, "local", client)
     return LLMBackend(model, f"local:{server.model_name}", "local", server, _compat_settings(llm), max_concurrency=1,
                       gates=server.gates, stream=True, http_client=client,

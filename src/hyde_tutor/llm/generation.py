@@ -32,7 +32,9 @@ class TokenUsage:
     source: str = ""
     """How the tokens were counted: ``reported`` (the model's responses), ``counted:<tokenizer>`` (an
     offline tokenizer: replay and the embedded model), ``estimated`` (pydantic-ai's word-count guess),
-    ``agent`` (tokens an agent wrote into its own tool call); several joined by ``+``; empty: no call."""
+    ``agent`` (tokens an agent wrote into its own tool call); several joined by ``+``; empty: no call.
+    ``output-unknown`` joins them when a call failed or timed out before its reply was read: its output
+    tokens (0 here) are unknown, not zero."""
 
     def add(self, other: TokenUsage) -> None:
         self.requests += other.requests
@@ -89,10 +91,10 @@ class TextCall:
     model_settings: dict[str, Any]
     options: CallOptions = field(default_factory=lambda: CallOptions())
 
-    async def run(self, prompt: str, *, max_tokens: int | None = None) -> TextRun:
+    async def run(self, prompt: str, *, max_tokens: int | None = None, received: list[int] | None = None) -> TextRun:
         """Send ``prompt``; ``max_tokens`` overrides the budget for this call (see :func:`run_text`)."""
         settings = self.model_settings if max_tokens is None else _budget(self.model_settings, max_tokens)
-        return await run_text(self, prompt, stream=self.options.stream, model_settings=settings)
+        return await run_text(self, prompt, stream=self.options.stream, model_settings=settings, received=received)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,19 +157,54 @@ async def generate_text(call: TextCall, user: str, *, timeout_s: float, gate: An
     A streamed call (``call.options.stream``) lets a timeout stop the embedded server's generation (see
     :func:`run_text`). The call's ``counter`` counts its tokens offline (the instructions + ``user``, and the
     reply) instead of trusting the response's figures. ``max_tokens`` overrides the call's budget.
+
+    A call that failed or timed out still cost what was sent: it counts as a request with its input tokens
+    (counted, or estimated), and the output tokens streamed before it ended (else marked ``output-unknown``);
+    only a call the server never received (the connection refused) counts nothing.
     """
     gate = gate if gate is not None else call.options.gate()
     counter = call.options.counter
+    received = [0]  # chunks of a streamed reply read so far
     try:
         async with gate if gate is not None else contextlib.nullcontext():
-            run = await asyncio.wait_for(call.run(user, max_tokens=max_tokens), timeout_s)
+            run = await asyncio.wait_for(call.run(user, max_tokens=max_tokens, received=received), timeout_s)
     except (asyncio.TimeoutError, TimeoutError):
-        return Generation(failure="timeout")
+        return Generation(failure="timeout", usage=_spent(call, user, received[0]))
     except NotRecordedError:  # the replay provider: counted apart from real LLM failures
         return Generation(failure="not_recorded")
     except Exception as exc:  # noqa: BLE001 - any backend failure becomes a recorded reason
-        return Generation(failure="llm_error", error=f"{type(exc).__name__}: {exc}"[:300])
+        usage = TokenUsage() if _never_sent(exc) else _spent(call, user, received[0])
+        return Generation(failure="llm_error", error=f"{type(exc).__name__}: {exc}"[:300], usage=usage)
     return Generation(run.text, usage=_usage(run, counter, call.instructions, user))
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough token count without a tokenizer: one per 4 UTF-8 bytes (labelled ``estimated``)."""
+    return -(-len(text.encode("utf-8", "surrogatepass")) // 4)
+
+
+def _spent(call: TextCall, user: str, chunks: int) -> TokenUsage:
+    """What a failed or timed-out call cost: one request, its input tokens, the streamed chunks read so far
+    (the embedded server sends one token per chunk), or ``output-unknown`` when the reply was not streamed."""
+    counter = call.options.counter
+    try:
+        tokens_in, source = (counter.count_request(call.instructions, user), f"counted:{counter.name}") \
+            if counter is not None else (estimate_tokens(call.instructions) + estimate_tokens(user), "estimated")
+    except Exception:  # noqa: BLE001 - a tokenizer failure must not lose the count
+        tokens_in, source = estimate_tokens(call.instructions) + estimate_tokens(user), "estimated"
+    return TokenUsage(1, tokens_in, chunks, source if call.options.stream else f"{source}+output-unknown")
+
+
+def _never_sent(exc: BaseException) -> bool:
+    """Whether the request never reached the server (refused at connect), so it cost nothing."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # the cause chain: pydantic-ai's error, the SDK's, the HTTP client's
+        if seen is None:
+            return False
+        if isinstance(seen, ConnectionRefusedError) or type(seen).__name__ == "ConnectError":
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _usage(run: TextRun, counter: TokenCounter | None, system: str, user: str) -> TokenUsage:
@@ -200,13 +237,14 @@ class TextRun:
 
 
 async def run_text(call: TextCall, prompt: str, *, stream: bool = False,
-                   model_settings: dict[str, Any] | None = None) -> TextRun:
+                   model_settings: dict[str, Any] | None = None, received: list[int] | None = None) -> TextRun:
     """One request: ``call``'s instructions and ``prompt`` as the user message.
 
     With ``stream=True`` the answer is read as a stream. Cancelling the call (a timeout) then
     closes the connection, and ``llama_cpp.server`` stops generating at the next token. A plain
     request keeps running on the server after the client gave up, and the single-slot embedded
-    model makes every later request wait behind it.
+    model makes every later request wait behind it. ``received[0]`` counts the chunks read so far (what a
+    call that is cut off cost).
     """
     from pydantic_ai.direct import model_request, model_request_stream
     from pydantic_ai.messages import ModelRequest, PartDeltaEvent, PartStartEvent, UserPromptPart
@@ -220,6 +258,8 @@ async def run_text(call: TextCall, prompt: str, *, stream: bool = False,
     async with model_request_stream(call.model, messages, model_settings=settings) as streamed:
         async for event in streamed:
             chunks += isinstance(event, PartStartEvent | PartDeltaEvent)  # one per chunk the server sent
+            if received is not None:
+                received[0] = chunks
         response = streamed.get()
     # llama_cpp.server sends no usage on a stream; it sends one token per chunk, so count the chunks.
     # The prompt's token count is not reported there (input_tokens stays 0).

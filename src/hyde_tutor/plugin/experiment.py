@@ -56,7 +56,8 @@ class Experiment:
 
     def bucket(self, subject_id: str) -> float:
         """Uniform position in [0, 1) for this subject in this experiment."""
-        digest = hashlib.sha256(f"{self.name}\x00{self.salt}\x00{subject_id}".encode()).digest()
+        key = f"{self.name}\x00{self.salt}\x00{subject_id}".encode("utf-8", "surrogatepass")  # any str has an arm
+        digest = hashlib.sha256(key).digest()
         return int.from_bytes(digest[:8], "big") / 2**64
 
     def arm(self, subject_id: str | None) -> Arm:

@@ -112,11 +112,13 @@ def _validated(request: SearchRequest, tool: str, max_query_chars: int) -> Searc
 async def _search(deps: TutorDeps, tool: str, request: SearchRequest) -> tuple[dict[str, Any], HydeResult]:
     request = _validated(request, tool, deps.retriever.retrieval_settings.max_query_chars)
     collection = request.collection
-    experiment = await deps.acurrent_experiment()
-    decision = decide(request.use_hyde, experiment, deps.subject_id, deps.retriever.policy.enabled)
-    record = RetrievalRecord(decision.experiment, decision.arm, decision.use_hyde, decision.reason, tool, collection,
-                             subject=deps.subject_id, requested_hyde=decision.requested, overridden=decision.overridden)
-    try:
+    record: RetrievalRecord | None = None
+    try:  # the experiment's decision too: a bad experiment file or subject id fails the call, not the turn
+        experiment = await deps.acurrent_experiment()
+        decision = decide(request.use_hyde, experiment, deps.subject_id, deps.retriever.policy.enabled)
+        record = RetrievalRecord(decision.experiment, decision.arm, decision.use_hyde, decision.reason, tool,
+                                 collection, subject=deps.subject_id, requested_hyde=decision.requested,
+                                 overridden=decision.overridden)
         result = await deps.retriever.execute(request.replace(use_hyde=decision.use_hyde,
                                                               use_questions=decision.use_questions))
         _fill(record, result)
@@ -125,8 +127,9 @@ async def _search(deps: TutorDeps, tool: str, request: SearchRequest) -> tuple[d
     except Exception as exc:  # every failure becomes a failed tool result: a chat turn never crashes on search
         if not isinstance(exc, HydeTutorError):  # a bug (ours, a store's, a reranker's): logged in full
             _log.exception("hyde-tutor: %s failed with an unexpected error", tool)
-        record.error = type(exc).__name__
-        _record(deps.monitor, record)
+        if record is not None:
+            record.error = type(exc).__name__
+            _record(deps.monitor, record)
         raise ToolFailed(tool_failure_message(exc, tool, collection)) from exc
     _record(deps.monitor, record)
     deps.found.extend(compact)

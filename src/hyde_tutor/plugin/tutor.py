@@ -25,7 +25,7 @@ from ..llm.prompts import load_prompt
 from ..corpus.rendering import format_entries, reference_block
 from .toolset import HydeSearchToolset, TutorDeps, search_for_context, tool_request, tutor_instructions
 
-__all__ = ["HydeTutor", "RetrieveFirst", "TutorMode", "format_entries", "tutor_answer_instructions"]
+__all__ = ["HydeTutor", "RetrieveFirst", "TutorMode", "format_entries", "retrieve_step", "tutor_answer_instructions"]
 
 TutorMode = Literal["tools", "retrieve-first"]
 TUTOR_MODES: tuple[str, ...] = ("tools", "retrieve-first")
@@ -132,6 +132,11 @@ class HydeTutor(AbstractCapability[TutorDeps]):
             raise ValueError(f"HydeTutor mode must be one of {', '.join(TUTOR_MODES)}, not {self.mode!r}")
         self._retrieve = RetrieveFirst(grammar_collection=self.grammar_collection, docs_collection=self.docs_collection)
 
+    @property
+    def retrieval(self) -> RetrieveFirst:
+        """The searches this tutor runs on a learner's message (its collections and sizes), in either mode."""
+        return self._retrieve
+
     @classmethod
     def for_backend(cls, backend: Any, **kwargs: Any) -> HydeTutor:
         """``retrieve-first`` for the embedded local model, ``tools`` for every other backend."""
@@ -147,3 +152,20 @@ class HydeTutor(AbstractCapability[TutorDeps]):
         if self.mode == "retrieve-first":
             return None
         return HydeSearchToolset(grammar_collection=self.grammar_collection, docs_collection=self.docs_collection)
+
+
+def retrieve_step(agent: Any) -> RetrieveFirst:
+    """The searches ``agent``'s tutor runs on a learner's message: its :class:`RetrieveFirst`, or its
+    :class:`HydeTutor`'s (either mode: the tutor's collections), else a default :class:`RetrieveFirst`. The
+    chat's prefetch and its search after a failed model use it, so they search what the agent searches."""
+    stack = [getattr(agent, "root_capability", None)]
+    while stack:
+        capability = stack.pop()
+        if isinstance(capability, RetrieveFirst):
+            return capability
+        if isinstance(capability, HydeTutor):
+            return capability.retrieval
+        stack.extend(getattr(capability, "capabilities", None) or ())
+        if getattr(capability, "wrapped", None) is not None:
+            stack.append(capability.wrapped)
+    return RetrieveFirst()

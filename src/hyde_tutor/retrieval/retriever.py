@@ -7,6 +7,7 @@ explicit RRF k and weights), ``dense`` or ``sparse``.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from dataclasses import dataclass
@@ -65,7 +66,8 @@ class Retriever:
         temporary store, for instance)."""
         sparse = Bm25Encoder(k1=settings.sparse.k1, b=settings.sparse.b)
         schemas = {name: CollectionSchema.from_settings(name, s) for name, s in settings.schemas.items()}
-        dense = BatchingEmbedder(make_dense_embedder(settings))  # concurrent searches share embed calls
+        # concurrent searches share embed calls; none waits for its vectors past the bound
+        dense = BatchingEmbedder(make_dense_embedder(settings), timeout_s=settings.dense.embed_timeout_s)
         return cls(store or open_store(settings), dense, sparse, settings.retrieval, settings.dense.batch_size,
                    schemas=schemas, fastembed_dir=settings.data_dir / "fastembed")
 
@@ -91,6 +93,10 @@ class Retriever:
     def is_checked(self, collection: str) -> bool:
         """Whether :meth:`check_collection` already passed for ``collection`` (then it costs nothing)."""
         return collection in self._checked
+
+    def forget(self, collection: str) -> None:
+        """Check ``collection`` again on its next use (it failed: deleted, or rebuilt with other embedders)."""
+        self._checked.pop(collection, None)
 
     def check_collection(self, collection: str) -> CollectionSpec:
         """The collection's spec; raises if it is missing or was built by other embedders. A collection with
@@ -119,16 +125,17 @@ class Retriever:
         holding a worker thread, so every search in flight can join the same batch; the sparse vectors
         are encoded in a worker thread meanwhile."""
         texts = list(texts)
-        submit = getattr(self.dense, "submit", None)
-        if not callable(submit) or len(texts) > self.batch_size:
+        submit, wait = getattr(self.dense, "submit", None), getattr(self.dense, "wait", None)
+        if not callable(submit) or not callable(wait) or len(texts) > self.batch_size:
             return await asyncio.to_thread(self.encode, texts, collection)
-        dense = asyncio.wrap_future(submit(texts))
+        started = time.monotonic()
+        future = submit(texts)
         try:
             sparse = await asyncio.to_thread(self.sparse_for(collection).encode_queries, texts)
         except BaseException:
-            dense.cancel()
+            future.cancel()
             raise
-        return EncodedQueries(dense=await dense, sparse=sparse)
+        return EncodedQueries(dense=await wait(future, len(texts), started), sparse=sparse)  # bounded wait
 
     def request(
         self, encoded: EncodedQueries, row: int, limit: int, mode: SearchMode = "hybrid",

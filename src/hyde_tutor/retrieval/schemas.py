@@ -29,6 +29,10 @@ from .sparse import SparseVec
 __all__ = ["CollectionSchema", "FastembedBm25", "SchemaSettings"]
 
 
+TITLE_CHARS = 600
+"""A result's title as a tool shows it, at most (as retrieve-first caps each entry's line)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CollectionSchema:
     """How to search and render one collection that hyde-tutor did not build."""
@@ -59,8 +63,9 @@ class CollectionSchema:
 
     def compact(self, doc_id: str, payload: dict[str, Any], max_chars: int = 900) -> dict[str, Any]:
         """What the model sees of one result."""
-        text = self.text(payload)
-        return {"id": doc_id, "title": self.title(payload) or None,
+        text, title = self.text(payload), self.title(payload)
+        title = title[:TITLE_CHARS] + ("…" if len(title) > TITLE_CHARS else "")  # a stored title may be any length
+        return {"id": doc_id, "title": title or None,
                 "text": text[:max_chars] + ("…" if len(text) > max_chars else "")}
 
 

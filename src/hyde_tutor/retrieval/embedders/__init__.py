@@ -59,7 +59,8 @@ def make_dense_embedder(settings: Settings) -> DenseEmbedder:
         if dense.process:
             from ..worker import ProcessEmbedder
 
-            return ProcessEmbedder("use", name=USE_NAME, dim=USE_DIM, threads=dense.threads)
+            return ProcessEmbedder("use", name=USE_NAME, dim=USE_DIM, call_timeout_s=dense.embed_timeout_s,
+                                   threads=dense.threads)
         return UseEmbedder(threads=dense.threads)
     if dense.provider == "sentence-transformers":
         return SentenceTransformerEmbedder(dense.model)

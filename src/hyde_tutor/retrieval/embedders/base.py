@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -19,6 +20,15 @@ class DenseEmbedder(Protocol):
     def dim(self) -> int: ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+TEXTS_PER_BOUND = 64
+"""An embed call's time bound covers this many texts; a larger call gets one more bound per started block."""
+
+
+def call_bound_s(timeout_s: float, n_texts: int) -> float:
+    """How long a call of ``n_texts`` may take when ``timeout_s`` bounds a call of up to 64 texts."""
+    return timeout_s * max(1, math.ceil(n_texts / TEXTS_PER_BOUND))
 
 
 def l2_normalise(matrix: np.ndarray) -> np.ndarray:

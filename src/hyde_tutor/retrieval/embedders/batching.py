@@ -6,20 +6,26 @@ for eight), but searches arriving one by one pay the whole per-call cost each, q
 :class:`BatchingEmbedder` puts every call on one queue; a single worker thread takes what is waiting
 (up to ``max_batch`` texts), embeds it in ONE call and hands each caller its rows. A lone call is
 embedded at once: nothing waits for a batch to fill.
+
+No caller waits without a bound: ``timeout_s`` (per 64 texts) bounds :meth:`embed` and :meth:`wait`, and a
+caller that gives up gets :class:`~hyde_tutor.errors.EmbedderError` (its texts are dropped from the queue if
+they were not embedded yet).
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import queue
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ...errors import EmbedderError
-from .base import DenseEmbedder
+from .base import DenseEmbedder, call_bound_s
 
 _STOP = object()
 
@@ -27,15 +33,23 @@ _STOP = object()
 class BatchingEmbedder:
     """A :class:`DenseEmbedder` that coalesces concurrent :meth:`embed` calls into batches of the inner one.
 
+    Args:
+        inner: the embedder that embeds each batch.
+        max_batch: texts per inner call, at most (one larger call is embedded alone).
+        timeout_s: how long a caller of up to 64 texts waits for its rows (more texts: this per 64; an inner
+            embedder that must start first adds its ``start_allowance_s``); None
+            takes the inner embedder's ``call_timeout_s`` when it has one, else callers wait without a bound.
+
     Thread-safe; :meth:`close` stops the worker (calls still queued end with :class:`EmbedderError`) and
     closes the inner embedder.
     """
 
-    def __init__(self, inner: DenseEmbedder, max_batch: int = 32) -> None:
+    def __init__(self, inner: DenseEmbedder, max_batch: int = 32, timeout_s: float | None = None) -> None:
         self.inner = inner
         self.name = inner.name
         self.dim = inner.dim
         self.max_batch = max_batch
+        self.timeout_s = timeout_s if timeout_s is not None else getattr(inner, "call_timeout_s", None)
         self.batches = 0
         """Inner calls made (fewer than calls received when batching happened)."""
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -44,7 +58,35 @@ class BatchingEmbedder:
         self._closed = False
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return self.submit(texts).result()
+        texts = list(texts)
+        future = self.submit(texts)
+        try:
+            return future.result(self.wait_s(len(texts)))
+        except concurrent.futures.TimeoutError:
+            raise self._gave_up(future, len(texts)) from None
+
+    def wait_s(self, n_texts: int) -> float | None:
+        """How long a caller of ``n_texts`` waits for its rows (None: no bound); an inner embedder that has
+        to start first (a child process) adds its ``start_allowance_s``."""
+        if self.timeout_s is None:
+            return None
+        return call_bound_s(self.timeout_s, n_texts) + float(getattr(self.inner, "start_allowance_s", 0.0))
+
+    async def wait(self, future: concurrent.futures.Future[np.ndarray], n_texts: int,
+                   started: float | None = None) -> np.ndarray:
+        """Await a :meth:`submit` future for at most :meth:`wait_s` (counted from ``started``, a
+        ``time.monotonic()`` taken before the submit); :class:`EmbedderError` when it runs out."""
+        bound = self.wait_s(n_texts)
+        left = None if bound is None else max(0.0, bound - (time.monotonic() - started if started else 0.0))
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), left)
+        except TimeoutError:
+            raise self._gave_up(future, n_texts) from None
+
+    def _gave_up(self, future: concurrent.futures.Future[np.ndarray], n_texts: int) -> EmbedderError:
+        future.cancel()  # still queued: the worker skips it
+        return EmbedderError(f"The {self.name} embedder did not return the vectors within {self.wait_s(n_texts):g} s "
+                             "(HYDE_DENSE__EMBED_TIMEOUT_S sets the bound); try again.")
 
     def submit(self, texts: Sequence[str]) -> concurrent.futures.Future[np.ndarray]:
         """Queue ``texts`` and return at once; the future holds their rows. Async code awaits it
@@ -108,7 +150,10 @@ class BatchingEmbedder:
             worker = self._worker
         if worker is not None:
             self._queue.put(_STOP)
-            worker.join(timeout=30)
+            worker.join(timeout=self.wait_s(1) or 30)
+            if worker.is_alive():  # a batch in flight that does not end: closing the inner embedder ends it
+                self._close_inner()
+                worker.join(timeout=5)
         while True:  # anything left behind the stop: fail it rather than leave a caller waiting
             try:
                 item = self._queue.get_nowait()
@@ -116,6 +161,9 @@ class BatchingEmbedder:
                 break
             if item is not _STOP and item[1].set_running_or_notify_cancel():
                 item[1].set_exception(EmbedderError(f"The embedder {self.name} was closed."))
+        self._close_inner()
+
+    def _close_inner(self) -> None:
         close = getattr(self.inner, "close", None)
         if callable(close):
             close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+import itertools
 import json
 import os
 import shutil
@@ -29,6 +30,9 @@ from .payloads import PayloadCache, scored
 
 META_FILE = "collection.json"
 SHARD_DIR = "shard"
+TRASH_PREFIX = ".trash-"
+"""Folders being deleted: renamed to this (never a collection name: names cannot start with '.'), then removed."""
+_trash_numbers = itertools.count()
 
 _registry_lock = threading.Lock()
 _open_shards: dict[Path, tuple[qe.EdgeShard, int]] = {}
@@ -106,7 +110,7 @@ class EdgeStore:
     def list_collections(self) -> list[str]:
         if not self.root.exists():
             return []
-        return sorted(p.name for p in self.root.iterdir() if (p / META_FILE).exists())
+        return sorted(p.name for p in self.root.iterdir() if not p.name.startswith(".") and (p / META_FILE).exists())
 
     def collection_spec(self, name: str) -> CollectionSpec:
         meta = self._dir(name) / META_FILE
@@ -145,9 +149,9 @@ class EdgeStore:
     # -- lifecycle ------------------------------------------------------------
     def create_collection(self, name: str, spec: CollectionSpec, *, recreate: bool = False) -> None:
         folder = self._dir(name)
-        if (folder / META_FILE).exists():
-            if not recreate:
-                return
+        if (folder / META_FILE).exists() and not recreate:
+            return
+        if folder.exists():  # recreate, or a shard left without its collection.json by a crash: never in the way
             self.delete_collection(name)
         folder.mkdir(parents=True, exist_ok=True)
         config = qe.EdgeConfig(
@@ -174,7 +178,17 @@ class EdgeStore:
             shard_path = self._dir(name) / SHARD_DIR
             if shard_path in _open_shards:
                 raise StoreLockedError(str(shard_path))
-        shutil.rmtree(self._dir(name), ignore_errors=True)
+        self._to_trash(self._dir(name))
+        self._empty_trash()
+
+    def _to_trash(self, folder: Path) -> None:
+        """Take ``folder`` out of the store in one rename (a crash leaves the whole collection or none of it)."""
+        if folder.exists():
+            os.rename(folder, self.root / f"{TRASH_PREFIX}{folder.name}-{os.getpid()}-{next(_trash_numbers)}")
+
+    def _empty_trash(self) -> None:  # a crash's leftovers too
+        for left in self.root.glob(f"{TRASH_PREFIX}*"):
+            shutil.rmtree(left, ignore_errors=True)
 
     def replace_collection(self, name: str, staging: str) -> None:
         """Put the fully built collection ``staging`` in ``name``'s place and remove the old one (``ingest
@@ -191,11 +205,9 @@ class EdgeStore:
                 _release(path)
         if old_dir / SHARD_DIR in _open_shards:  # another store of this process still searches it
             raise StoreLockedError(str(old_dir / SHARD_DIR))
-        retired = old_dir.with_name(f"{name}.retired-{os.getpid()}")
-        if old_dir.exists():
-            os.rename(old_dir, retired)
+        self._to_trash(old_dir)
         os.rename(new_dir, old_dir)
-        shutil.rmtree(retired, ignore_errors=True)
+        self._empty_trash()
 
     def describe_collection(self, name: str) -> CollectionInfo:
         spec = self.collection_spec(name)
@@ -221,14 +233,9 @@ class EdgeStore:
     def upsert(self, name: str, points: Sequence[PointRecord]) -> None:
         if not points:
             return
-        edge_points = [
-            qe.Point(
-                id=p.point_id,
-                vector={DENSE: [float(x) for x in p.dense], SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))},
-                payload=p.payload,
-            )
-            for p in points
-        ]
+        edge_points = [qe.Point(id=p.point_id, payload=p.payload, vector={
+            DENSE: [float(x) for x in p.dense], SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))})
+            for p in points]
         try:
             self._call(name, lambda shard: shard.update(qe.UpdateOperation.upsert_points(edge_points)))
         finally:
