@@ -31,6 +31,7 @@ from .monitor import Monitor, RetrievalRecord
 from ..corpus.rendering import entry_label, format_entries
 from .tutor import TUTOR_MODES, HydeTutor, TutorMode
 from ..errors import HydeTutorError
+from .context_fit import FitContext
 from .grounding import GroundedAnswer, ground_reply, render_answer
 from .toolset import TutorDeps, compact_result
 
@@ -45,9 +46,14 @@ def default_chat_mode(backend: Any) -> ChatMode:
     return HydeTutor.for_backend(backend).mode
 
 
+CHAT_TEMPERATURE = 0.0
+"""The tutor's sampling temperature, set on every turn's model call (the embedded server's own default, 0.8,
+made its choice of entry change from run to run; docs/MEASUREMENTS.md, "Offline tutor turn")."""
+
+
 def build_tutor_agent(
     model: Any, model_settings: dict[str, Any] | None = None, *, mode: ChatMode | Literal["auto"] = "tools",
-    grounded: bool | None = None,
+    grounded: bool | None = None, temperature: float | None = CHAT_TEMPERATURE, history_turns: int = 1,
 ) -> Agent[TutorDeps, Any]:
     """A Russian-speaking Korean tutor wired with the HyDE search (:class:`HydeTutor`).
 
@@ -58,19 +64,35 @@ def build_tutor_agent(
         grounded: retrieve-first asks for a structured answer (:class:`GroundedAnswer`, rendered with the
             chosen entry by :func:`answer_turn`); None: for the embedded local model, whose free text is
             not reliably grounded. Every reply still passes :func:`~hyde_tutor.plugin.grounding.ground_reply`.
+        temperature: the sampling temperature of every model call (None: the server's default).
+        history_turns: earlier exchanges the model sees (:class:`~hyde_tutor.plugin.context_fit.FitContext`;
+            with the embedded model every request is also fitted to its context window).
     """
     backend = model if hasattr(model, "extra_settings") and hasattr(model, "kind") else None
     if backend is not None:
         model, model_settings = backend.agent_model, model_settings or backend.extra_settings
+    settings = dict(model_settings or {})
+    if temperature is not None:
+        settings["temperature"] = temperature
+    fit = _fit_for(backend, settings, history_turns)
     chosen = HydeTutor.for_backend(backend).mode if mode == "auto" else mode
     if grounded is None:
         grounded = getattr(backend, "kind", None) == "local"
     if chosen == "retrieve-first" and grounded:  # a structured choice among the found entries (grounding.py)
         tutor = HydeTutor(mode="retrieve-first", grounded=True)
-        return Agent(model, deps_type=TutorDeps, capabilities=[tutor], output_type=NativeOutput(GroundedAnswer),  # type: ignore[arg-type]
-                     model_settings=model_settings or None, retries=2)
-    return Agent(model, deps_type=TutorDeps, capabilities=[HydeTutor(mode=chosen)],  # type: ignore[arg-type]
-                 model_settings=model_settings or None, retries=2)
+        return Agent(model, deps_type=TutorDeps, capabilities=[tutor, fit], output_type=NativeOutput(GroundedAnswer),  # type: ignore[arg-type]
+                     model_settings=settings or None, retries=2)  # type: ignore[arg-type]
+    return Agent(model, deps_type=TutorDeps, capabilities=[HydeTutor(mode=chosen), fit],  # type: ignore[arg-type]
+                 model_settings=settings or None, retries=2)  # type: ignore[arg-type]
+
+
+def _fit_for(backend: Any, settings: dict[str, Any], history_turns: int) -> FitContext:
+    """The request fitting for this backend: the embedded server's window and tokenizer, headroom for its
+    answer cap; elsewhere bounded history only."""
+    server = getattr(backend, "server", None)
+    cap = (settings.get("extra_body") or {}).get("max_tokens") or settings.get("max_tokens") or 200
+    return FitContext(history_turns=history_turns, n_ctx=getattr(server, "n_ctx", None), answer_tokens=int(cap) + 48,
+                      counter=getattr(backend, "token_counter", None))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,6 +120,8 @@ class Turn:
     """Seconds from the question to the first streamed token of the reply."""
     answer: GroundedAnswer | None = None
     """The model's structured answer (a grounded agent), before :func:`render_answer` wrote ``text`` from it."""
+    prompt_tokens: int | None = None
+    """Tokens of the turn's last model request as sent (after :class:`~hyde_tutor.plugin.context_fit.FitContext`)."""
 
 
 def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
@@ -137,14 +161,15 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
         reason = f"{type(exc).__name__}: {str(exc)[:160]}"
         text = _fallback_reply(agent, deps, question, reason)
         return Turn(text=text, model_error=reason, records=tuple(_new_records(deps.monitor, before)),
-                    seconds=time.perf_counter() - started, found=tuple(deps.found), messages=tuple(history))
+                    seconds=time.perf_counter() - started, found=tuple(deps.found), messages=tuple(history),
+                    prompt_tokens=deps.prompt_tokens)
     calls = tuple(f"{p.tool_name}({p.args_as_json_str()})" for m in result.new_messages()
                   for p in getattr(m, "parts", []) if isinstance(p, ToolCallPart))
     return Turn(text=text, tool_calls=calls, records=tuple(_new_records(deps.monitor, before)),
                 seconds=time.perf_counter() - started, found=tuple(deps.found), messages=tuple(result.all_messages()),
                 replaced=replaced, streamed=streaming,
                 first_token_s=None if first_token is None else first_token - started,
-                answer=answer)
+                answer=answer, prompt_tokens=deps.prompt_tokens)
 
 
 def _fallback_reply(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str, reason: str) -> str:

@@ -1,0 +1,95 @@
+"""A chat sends the model only what fits (issue 32) at the temperature it chose (issue 29).
+
+Unit tests with FunctionModel; the slow test at the end drives a real chat with the embedded model."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from hyde_tutor.config import HydeSettings
+from hyde_tutor.hyde import HydeRetriever
+from hyde_tutor.plugin.chat import CHAT_TEMPERATURE, answer_turn, build_tutor_agent
+from hyde_tutor.plugin.context_fit import FitContext, bounded_history, chatml_tokens, drop_last_entry
+from hyde_tutor.plugin.toolset import TutorDeps
+
+ANSWER = {"entry": 1, "korean": "가고 싶어요", "explanation": "Желание: основа глагола плюс -고 싶다."}
+
+
+def _recording_model(seen: list[tuple[list, AgentInfo]]) -> FunctionModel:
+    def fn(messages, info: AgentInfo) -> ModelResponse:
+        seen.append((list(messages), info))
+        return ModelResponse(parts=[TextPart(json.dumps(ANSWER, ensure_ascii=False))])
+
+    return FunctionModel(fn)
+
+
+def _hr(retriever) -> HydeRetriever:
+    return HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
+
+
+def test_a_long_chat_sends_only_the_last_exchange_and_the_current_message(retriever) -> None:
+    seen: list = []
+    agent = build_tutor_agent(_recording_model(seen), mode="retrieve-first", grounded=True)
+    deps, history = TutorDeps(retriever=_hr(retriever)), ()
+    for i in range(6):
+        turn = answer_turn(agent, deps, f"Вопрос номер {i}: как сказать, что хочу поехать?", history)
+        assert turn.model_error is None
+        history = turn.messages
+    messages, info = seen[-1]
+    prompts = [p.content for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart)]
+    assert prompts == ["Вопрос номер 4: как сказать, что хочу поехать?", "Вопрос номер 5: как сказать, что хочу поехать?"]
+    assert len(history) == 12  # the stored conversation keeps every turn; only the request is bounded
+    assert turn.prompt_tokens is not None and turn.prompt_tokens < chatml_tokens(info.instructions or "", list(history), None)
+
+
+def test_earlier_tool_returns_are_left_out_of_the_request() -> None:
+    earlier = [ModelRequest(parts=[UserPromptPart("Хочу?")]),
+               ModelResponse(parts=[ToolCallPart("grammar_search", {"query": "хочу"}, tool_call_id="c1")]),
+               ModelRequest(parts=[ToolReturnPart("grammar_search", {"results": ["ДЛИННАЯ СТАТЬЯ"]}, tool_call_id="c1")]),
+               ModelResponse(parts=[TextPart("Скажите 가고 싶어요.")]),
+               ModelRequest(parts=[UserPromptPart("А в прошедшем?")])]
+    kept = bounded_history(earlier, 1)
+    assert [type(m).__name__ for m in kept] == ["ModelRequest", "ModelResponse", "ModelRequest"]
+    assert "ДЛИННАЯ" not in repr(kept) and kept[1].parts[0].content == "Скажите 가고 싶어요."
+    assert bounded_history(earlier, 0) == [earlier[-1]]
+
+
+def test_a_request_that_does_not_fit_drops_the_oldest_exchange_then_the_last_entries(retriever) -> None:
+    seen: list = []
+    fit = FitContext(history_turns=3, n_ctx=1, answer_tokens=0)  # nothing fits: everything that may go, goes
+    agent = build_tutor_agent(_recording_model(seen), mode="retrieve-first", grounded=True)
+    agent._root_capability.capabilities[-1].__dict__.update(fit.__dict__)  # the agent's own FitContext, shrunk
+    deps, history = TutorDeps(retriever=_hr(retriever)), ()
+    for question in ("Как сказать, что хочу поехать?", "Как сказать «чуть не опоздал»?"):
+        turn = answer_turn(agent, deps, question, history)
+        history = turn.messages
+    messages, info = seen[-1]
+    assert len(messages) == 1 and messages[0].parts[0].content == "Как сказать «чуть не опоздал»?"
+    assert "1. " in (info.instructions or "") and "\n2. " not in (info.instructions or "")  # only the first entry left
+    assert len(deps.found) >= 2  # the search found more; the learner's fallback would still see them
+
+
+def test_dropping_the_last_entry_keeps_the_numbering_and_the_first_entry() -> None:
+    from hyde_tutor.corpus.rendering import reference_block
+
+    text = "Инструкции.\n\nНайденные статьи. " + reference_block("1. -고 싶다: хотеть\n2. -았/었-: прошедшее\n3. 을/를")
+    once = drop_last_entry(text)
+    assert once is not None and "3. 을/를" not in once and "2. -았/었-" in once and once.endswith("</справочник>")
+    assert drop_last_entry(drop_last_entry(once) or "") is None
+    assert drop_last_entry("без статей") is None
+
+
+def test_the_turns_model_call_carries_the_chats_temperature(retriever) -> None:
+    seen: list = []
+    agent = build_tutor_agent(_recording_model(seen), mode="retrieve-first", grounded=True)
+    answer_turn(agent, TutorDeps(retriever=_hr(retriever)), "Как сказать, что хочу поехать?")
+    assert seen[-1][1].model_settings["temperature"] == CHAT_TEMPERATURE == 0.0
+    warm = build_tutor_agent(_recording_model(seen), mode="retrieve-first", grounded=True, temperature=0.4)
+    answer_turn(warm, TutorDeps(retriever=_hr(retriever)), "Как сказать, что хочу поехать?")
+    assert seen[-1][1].model_settings["temperature"] == 0.4
