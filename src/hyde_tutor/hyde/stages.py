@@ -102,15 +102,26 @@ def is_hypothesis(channel: str) -> bool:
 # -- raw channel ------------------------------------------------------------------------------------
 
 def search_raw(retriever: Retriever, collection: str, text: str, depth: int, questions: bool, *,
-               encoding: EncodedQueries, started: float) -> RawChannel:
+               encoding: EncodedQueries, started: float, weights: Sequence[float] = (), rrf_k: int = 60) -> RawChannel:
     """Search with the query's ``encoding`` (and the write-time questions, when on). Blocking. ``started``:
-    when the search began, before the encoding (the channel's time counts from it)."""
+    when the search began, before the encoding (the channel's time counts from it). With ``weights`` (one per
+    encoded text: a follow-up alone and with its context), their searches are fused by weighted RRF."""
     with logfire.span("hyde.raw_channel", questions=questions):
-        hits = retriever.store.search_batch(collection, [retriever.request(encoding, 0, depth, collection=collection)])[0]
+        n = max(1, len(weights))
+        found = retriever.store.search_batch(collection, [retriever.request(encoding, i, depth, collection=collection)
+                                                          for i in range(n)])
+        hits = found[0] if n == 1 else fuse_hits(found, weights, rrf_k)[:depth]
         channels = {RAW: hits}
         if questions:
             channels[QUESTIONS] = search_questions(retriever, collection, encoding, depth)
     return RawChannel(channels, encoding, (time.perf_counter() - started) * 1000)
+
+
+def fuse_hits(rankings: Sequence[Sequence[Hit]], weights: Sequence[float], rrf_k: int) -> list[Hit]:
+    """One ranking of hits from several (weighted RRF; the fused score replaces the store's)."""
+    payloads = {h.doc_id: h.payload for hits in rankings for h in hits}
+    fused = reciprocal_rank_fusion([[h.doc_id for h in hits] for hits in rankings], rrf_k, list(weights))
+    return [Hit(doc_id, score, payloads[doc_id]) for doc_id, score in fused]
 
 
 def search_questions(retriever: Retriever, collection: str, enc: EncodedQueries, depth: int) -> list[Hit]:

@@ -166,10 +166,24 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
     calls = tuple(f"{p.tool_name}({p.args_as_json_str()})" for m in result.new_messages()
                   for p in getattr(m, "parts", []) if isinstance(p, ToolCallPart))
     return Turn(text=text, tool_calls=calls, records=tuple(_new_records(deps.monitor, before)),
-                seconds=time.perf_counter() - started, found=tuple(deps.found), messages=tuple(result.all_messages()),
+                seconds=time.perf_counter() - started, found=tuple(deps.found),
+                messages=_as_shown(result.all_messages(), text, answer is not None or replaced),
                 replaced=replaced, streamed=streaming,
                 first_token_s=None if first_token is None else first_token - started,
                 answer=answer, prompt_tokens=deps.prompt_tokens)
+
+
+def _as_shown(messages: Sequence[ModelMessage], text: str, rewritten: bool) -> tuple[ModelMessage, ...]:
+    """The conversation with the tutor's last reply as the learner saw it (a structured answer rendered with its
+    entry, a replaced reply's replacement): the next turn's search reads what was taught, by name."""
+    import dataclasses
+
+    from pydantic_ai.messages import ModelResponse, TextPart
+
+    out = list(messages)
+    if rewritten and out and isinstance(out[-1], ModelResponse):
+        out[-1] = dataclasses.replace(out[-1], parts=[TextPart(content=text)])
+    return tuple(out)
 
 
 def _fallback_reply(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str, reason: str) -> str:
