@@ -32,7 +32,7 @@ from ..corpus.rendering import entry_label, format_entries
 from .tutor import TUTOR_MODES, HydeTutor, TutorMode
 from ..errors import HydeTutorError
 from .context_fit import FitContext
-from .grounding import GroundedAnswer, ground_reply, render_answer
+from .grounding import GroundedAnswer, HeadlineRule, ground_reply, headline_entry, render_answer
 from .toolset import TutorDeps, compact_result
 
 _log = logging.getLogger("hyde_tutor")
@@ -74,7 +74,7 @@ def build_tutor_agent(
     settings = dict(model_settings or {})
     if temperature is not None:
         settings["temperature"] = temperature
-    fit = _fit_for(backend, settings, history_turns)
+    fit = FitContext.for_backend(backend, settings, history_turns)
     chosen = HydeTutor.for_backend(backend).mode if mode == "auto" else mode
     if grounded is None:
         grounded = getattr(backend, "kind", None) == "local"
@@ -84,15 +84,6 @@ def build_tutor_agent(
                      model_settings=settings or None, retries=2)  # type: ignore[arg-type]
     return Agent(model, deps_type=TutorDeps, capabilities=[HydeTutor(mode=chosen), fit],  # type: ignore[arg-type]
                  model_settings=settings or None, retries=2)  # type: ignore[arg-type]
-
-
-def _fit_for(backend: Any, settings: dict[str, Any], history_turns: int) -> FitContext:
-    """The request fitting for this backend: the embedded server's window and tokenizer, headroom for its
-    answer cap; elsewhere bounded history only."""
-    server = getattr(backend, "server", None)
-    cap = (settings.get("extra_body") or {}).get("max_tokens") or settings.get("max_tokens") or 200
-    return FitContext(history_turns=history_turns, n_ctx=getattr(server, "n_ctx", None), answer_tokens=int(cap) + 48,
-                      counter=getattr(backend, "token_counter", None))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,16 +118,19 @@ class Turn:
 def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
                 history: Sequence[ModelMessage] = (), *, max_requests: int = 6,
                 on_found: Callable[[list[dict[str, Any]], list[RetrievalRecord]], None] | None = None,
-                on_text: Callable[[str], None] | None = None) -> Turn:
+                on_text: Callable[[str], None] | None = None, headline: HeadlineRule = "unsure") -> Turn:
     """Answer one learner message. Never raises for a model failure.
 
     ``max_requests`` caps model requests per turn: small local models can loop on tool calls.
     ``on_found`` (retrieve-first agents): search first and hand over what was found before the model
     starts, so a chat shows the entries while the model is still writing. ``on_text`` streams a text
     reply as it is generated (pydantic-ai ``run_stream_events``); a structured answer is not streamed.
+    ``headline``: which found entry heads a structured reply (:data:`~hyde_tutor.plugin.grounding.HeadlineRule`;
+    docs/MEASUREMENTS.md, "Offline tutor turn").
     """
     started = time.perf_counter()
     deps.clear_found()
+    deps.margins.clear()
     before = deps.monitor.total if deps.monitor else 0
     if on_found is not None:
         entries = _prefetch(deps, question, history)
@@ -152,7 +146,9 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
                 question, deps=deps, message_history=list(history), usage_limits=UsageLimits(request_limit=max_requests)))
         answer = result.output if isinstance(result.output, GroundedAnswer) else None
         if answer is not None:
-            text, replaced = render_answer(answer, deps.found), False
+            top = str(deps.found[0].get("id")) if deps.found else ""
+            number = headline_entry(answer, deps.found, headline, deps.margins.get(top))
+            text, replaced = render_answer(answer, deps.found, headline=number), False
         else:
             text, replaced = ground_reply(html.unescape(str(result.output or "").strip()), deps.found)
         if not text:

@@ -135,6 +135,15 @@ class FitContext(AbstractCapability[Any]):
     counter: TokenCounter | None = None
     """The model's tokenizer (:attr:`~hyde_tutor.llm.LLMBackend.token_counter`); None: a cautious estimate."""
 
+    @classmethod
+    def for_backend(cls, backend: Any, settings: dict[str, Any], history_turns: int = 1) -> FitContext:
+        """The fitting for an :class:`~hyde_tutor.llm.LLMBackend` and the agent's model ``settings``: the embedded
+        server's window and tokenizer, headroom for the answer's token cap; elsewhere bounded history only."""
+        server = getattr(backend, "server", None)
+        cap = (settings.get("extra_body") or {}).get("max_tokens") or settings.get("max_tokens") or 200
+        return cls(history_turns=history_turns, n_ctx=getattr(server, "n_ctx", None), answer_tokens=int(cap) + 48,
+                   counter=getattr(backend, "token_counter", None))
+
     async def before_model_request(self, ctx: RunContext[Any], request_context: Any) -> Any:
         messages = bounded_history(request_context.messages, self.history_turns)
         params = request_context.model_request_parameters

@@ -27,6 +27,9 @@ class TutorDeps:
     unavailable: list[str] = field(default_factory=list)
     """Why searches run on the model's behalf failed in this turn (retrieve-first says so instead of entries)."""
     prompt_tokens: int | None = None
+    margins: dict[str, float | None] = field(default_factory=dict)
+    """How sure each search of the turn was, keyed by its top entry's id: the top score's lead over the second,
+    as a share of the top score (a chat turn clears it; the grounded reply's headline rule reads it)."""
     """Tokens of this turn's last model request as sent (:class:`~hyde_tutor.plugin.context_fit.FitContext`)."""
     _found_by_question: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
     _prefetched: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
