@@ -90,7 +90,7 @@ def test_a_followup_recording_replays_only_for_its_conversation() -> None:
     from hyde_tutor.hyde.requests import load_recordings, render_followup_request
     from hyde_tutor.llm.recordings import Recording, RecordingBook, request_sha256
 
-    system, request = load_prompt("hypothesis_grammar"), load_prompt("hypothesis_followup_request")
+    system, request = load_prompt("hypothesis_grammar"), load_prompt("hypothesis_followup_request", 1)
     persp = load_prompt("perspectives")
     rule = parse_perspectives(persp.text)[0]
     conv = render_conversation(HISTORY)
