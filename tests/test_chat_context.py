@@ -93,3 +93,39 @@ def test_the_turns_model_call_carries_the_chats_temperature(retriever) -> None:
     warm = build_tutor_agent(_recording_model(seen), mode="retrieve-first", grounded=True, temperature=0.4)
     answer_turn(warm, TutorDeps(retriever=_hr(retriever)), "Как сказать, что хочу поехать?")
     assert seen[-1][1].model_settings["temperature"] == 0.4
+
+
+@pytest.mark.slow
+def test_twelve_questions_in_one_chat_with_the_embedded_model_are_all_answered(default_model_env: Path) -> None:
+    """Issue 32: the whole history used to go to the 2048-token model, and from the fourth question on turns
+    ended in ModelContextWindowExceededError. Every turn is now answered, and the request stays bounded."""
+    from typer.testing import CliRunner
+
+    from hyde_tutor.cli import app
+    from hyde_tutor.config import Settings
+    from hyde_tutor.llm.backends import make_llm
+
+    root = Path(__file__).resolve().parent.parent
+    for name in ("grammar", "docs"):
+        result = CliRunner().invoke(app, ["ingest", "--collection", name, "--file", str(root / "data" / f"{name}.jsonl")])
+        assert result.exit_code == 0, result.output
+    questions = [json.loads(line)["text"] for line in
+                 (root / "data" / "eval" / "long_chat" / "questions.jsonl").read_text(encoding="utf-8").splitlines()]
+    settings = Settings()
+    llm = make_llm(settings)
+    hr = HydeRetriever.from_settings(settings)
+    try:
+        agent = build_tutor_agent(llm, mode="auto")
+        deps, history, turns = TutorDeps(retriever=hr), (), []
+        for question in questions[:12]:
+            turn = answer_turn(agent, deps, question, history)
+            turns.append(turn)
+            history = turn.messages
+    finally:
+        hr.close()
+        llm.close()
+    assert [t.model_error for t in turns] == [None] * 12
+    assert len(history) >= 24  # the conversation itself was kept whole
+    budget = settings.llm.n_ctx - settings.llm.max_tokens
+    assert all(t.prompt_tokens is not None and t.prompt_tokens <= budget for t in turns), [t.prompt_tokens for t in turns]
+    assert max(t.prompt_tokens for t in turns[6:]) <= max(t.prompt_tokens for t in turns[:6]) + 400  # no growth with turns
