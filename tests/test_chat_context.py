@@ -63,8 +63,7 @@ def test_earlier_tool_returns_are_left_out_of_the_request() -> None:
 def test_a_request_that_does_not_fit_drops_the_oldest_exchange_then_the_last_entries(retriever) -> None:
     seen: list = []
     fit = FitContext(history_turns=3, n_ctx=1, answer_tokens=0)  # nothing fits: everything that may go, goes
-    agent = build_tutor_agent(_recording_model(seen), mode="retrieve-first", grounded=True)
-    agent._root_capability.capabilities[-1].__dict__.update(fit.__dict__)  # the agent's own FitContext, shrunk
+    agent = build_tutor_agent(_recording_model(seen), mode="retrieve-first", grounded=True, fit=fit)
     deps, history = TutorDeps(retriever=_hr(retriever)), ()
     for question in ("Как сказать, что хочу поехать?", "Как сказать «чуть не опоздал»?"):
         turn = answer_turn(agent, deps, question, history)

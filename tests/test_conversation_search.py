@@ -28,7 +28,8 @@ def test_the_follow_up_detector_reads_ellipsis_and_pointers_not_new_questions() 
                  "Это вежливо?", "И ещё короче?", "А учителю?"):
         assert looks_like_followup(text), text
     for text in ("Как сказать, что я чуть не опоздал на поезд?", "Что значит -지만?", "Как вежливо попросить учителя "
-                 "повторить?", "Чем отличаются -아서 и -니까?", "Когда используют 께서?"):
+                 "повторить?", "Чем отличаются -아서 и -니까?", "Когда используют 께서?",
+                 "Как спросить «можно здесь сесть?»"):  # a quoted phrase's «здесь» does not point back
         assert not looks_like_followup(text), text
 
 

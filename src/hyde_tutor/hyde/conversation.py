@@ -69,18 +69,24 @@ def content_words(text: str) -> list[str]:
             and (len(w) > 2 or "가" <= w[0] <= "힣")]
 
 
+_QUOTED = re.compile(r"«[^»]*»|\"[^\"]*\"|„[^“]*“")
+
+
 def looks_like_followup(text: str) -> bool:
     """Whether a message leans on the conversation before it: it opens like a continuation («А если…»,
     «И…», «Тогда…») or points back («это», «так», «тоже») without a question frame of its own («как
-    сказать, что…» with its content), or it is too short to name a topic. Deliberately conservative: a
-    message read as new is searched exactly as on its own."""
+    сказать, что…» with its content, or «как сказать «…»» with a quoted phrase), or it is too short to name a
+    topic. A quoted phrase is what the learner wants said: its words do not point back. Deliberately
+    conservative: a message read as new is searched exactly as on its own."""
     words = [w.lower() for w in _WORD.findall(text)]
     if not words:
         return False
+    unquoted = _QUOTED.sub(" ", text)
     own = content_words(text)
-    framed = bool(_FRAMES.search(text)) and len(own) >= 3
+    quoted = unquoted != text and bool(content_words(" ".join(_QUOTED.findall(text))))
+    framed = bool(_FRAMES.search(unquoted)) and (len(own) >= 3 or quoted)
     opener = words[0] in _OPENERS
-    pointer = any(w in _POINTERS for w in words)
+    pointer = any(w.lower() in _POINTERS for w in _WORD.findall(unquoted))
     if framed and not pointer:
         return False
     named = any("가" <= ch <= "힣" for ch in text)  # a Korean pattern or sentence of its own

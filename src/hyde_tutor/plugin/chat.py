@@ -54,6 +54,7 @@ made its choice of entry change from run to run; docs/MEASUREMENTS.md, "Offline 
 def build_tutor_agent(
     model: Any, model_settings: dict[str, Any] | None = None, *, mode: ChatMode | Literal["auto"] = "tools",
     grounded: bool | None = None, temperature: float | None = CHAT_TEMPERATURE, history_turns: int = 1,
+    fit: FitContext | None = None,
 ) -> Agent[TutorDeps, Any]:
     """A Russian-speaking Korean tutor wired with the HyDE search (:class:`HydeTutor`).
 
@@ -67,6 +68,7 @@ def build_tutor_agent(
         temperature: the sampling temperature of every model call (None: the server's default).
         history_turns: earlier exchanges the model sees (:class:`~hyde_tutor.plugin.context_fit.FitContext`;
             with the embedded model every request is also fitted to its context window).
+        fit: the request fitting itself (default: :meth:`FitContext.for_backend` with ``history_turns``).
     """
     backend = model if hasattr(model, "extra_settings") and hasattr(model, "kind") else None
     if backend is not None:
@@ -74,7 +76,7 @@ def build_tutor_agent(
     settings = dict(model_settings or {})
     if temperature is not None:
         settings["temperature"] = temperature
-    fit = FitContext.for_backend(backend, settings, history_turns)
+    fit = fit or FitContext.for_backend(backend, settings, history_turns)
     chosen = HydeTutor.for_backend(backend).mode if mode == "auto" else mode
     if grounded is None:
         grounded = getattr(backend, "kind", None) == "local"
