@@ -97,3 +97,19 @@ def test_the_chat_keeps_the_reply_the_learner_saw_for_the_next_search(retriever)
     turn = answer_turn(build_tutor_agent(model, mode="retrieve-first", grounded=True), TutorDeps(retriever=hr), "Хочу?")
     role, reply = conversation(turn.messages)[-1]
     assert role == "assistant" and reply == turn.text and reply.startswith("Подойдёт **")  # not the raw JSON
+
+
+def test_a_follow_up_keeps_both_what_was_taught_and_what_the_message_asks(grammar: HydeRetriever) -> None:
+    assert _ids(grammar, "А в прошедшем времени?")[0] == "g-c03"  # -았/었- for the message alone
+    context = [d.id for d in asyncio.run(grammar.search("grammar", "А в прошедшем времени?", history=BUSAN,
+                                                         use_hyde=False, top_k=10, conversation="context")).results]
+    assert "g-c03" not in context[:3]  # the chat before: the old topic only
+    assert set(_ids(grammar, "А в прошедшем времени?", BUSAN)[:2]) == {"g-b01", "g-c03"}  # -고 싶다 and -았/었-
+
+
+def test_the_messages_own_top_entry_stays_within_the_first_two() -> None:
+    from hyde_tutor.hyde.conversation import fuse_rankings
+
+    fused = fuse_rankings([["own", "a", "b"], ["a", "b", "c"], ["b", "a", "c"]], [1.0, 1.0, 1.0])
+    assert [d for d, _ in fused][:3] == ["a", "own", "b"]
+    assert [d for d, _ in fuse_rankings([["a", "own"], ["a", "own"]], [1.0, 1.0])][:2] == ["a", "own"]

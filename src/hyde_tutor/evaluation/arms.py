@@ -10,9 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
 from ..hyde import FusionMode, HydeRetriever
-from ..hyde.conversation import (CONVERSATION_RRF_K, Condenser, ConversationMode, context_query,
-                                 conversation_queries)
-from ..hyde.fusion import reciprocal_rank_fusion
+from ..hyde.conversation import Condenser, ConversationMode, context_query, conversation_queries, fuse_rankings
 from ..hyde.request import SearchRequest
 from ..retrieval.retriever import Retriever, SearchMode
 
@@ -122,12 +120,11 @@ class ContextArm:
 
 class ConversationArm(ContextArm):
     """Plain hybrid search of each query as the pipeline's raw channel searches it in ``mode``
-    (:func:`~hyde_tutor.hyde.conversation.conversation_queries`: several searches fused by weighted RRF)."""
+    (:func:`~hyde_tutor.hyde.conversation.conversation_queries`, fused by ``fuse_rankings``)."""
 
-    def __init__(self, r: Retriever, collection: str, k: int, mode: ConversationMode,
-                 rrf_k: int = CONVERSATION_RRF_K) -> None:
+    def __init__(self, r: Retriever, collection: str, k: int, mode: ConversationMode) -> None:
         super().__init__(r, collection, k)
-        self.mode, self.rrf_k = mode, rrf_k
+        self.mode = mode
 
     def __call__(self, items: Sequence[Any]) -> list[list[str]]:
         plans = [conversation_queries(h, t, self.mode, self.r.settings.max_query_chars)
@@ -137,7 +134,7 @@ class ConversationArm(ContextArm):
         out = []
         for plan in plans:
             rankings = [[h.doc_id for h in next(hits)] for _ in plan]
-            fused = reciprocal_rank_fusion(rankings, self.rrf_k, [w for _, w in plan])
+            fused = fuse_rankings(rankings, [w for _, w in plan])
             out.append([doc_id for doc_id, _ in fused][: self.k])
         return out
 

@@ -46,6 +46,10 @@ CONVERSATION_RRF_K = 5
 """RRF k of the conversation's searches: a low k lets a document one search ranks first lead (chosen with the
 weights on data/eval/conversations and data/eval/followups: docs/MEASUREMENTS.md, "Conversation search
 without an LLM")."""
+MESSAGE_TOP_WITHIN = 2
+"""The message's own top entry is kept within this rank of the fused ranking: «А в прошедшем времени?» alone
+finds -았/었-, the conversation's searches the entry taught before; the learner sees both (measured: no cost to
+recall@1 or @5 on either conversation set)."""
 REPLY_CHARS = 300
 """How much of the tutor's last reply goes in front of the message (its headline: the entry it taught)."""
 
@@ -108,6 +112,19 @@ def conversation_queries(history: Sequence[Message], text: str, mode: Conversati
         return ((text, 1.0), (joined, 1.0)) if joined != text else ((text, 1.0),)
     previous = next((" ".join(c.split()) for role, c in reversed(history) if role == "user"), "")
     return ((text, 1.0), (f"{reply} {text}"[-max_chars:], 1.0), (f"{previous} {reply} {text}".strip()[-max_chars:], 1.0))
+
+
+def fuse_rankings(rankings: Sequence[Sequence[str]], weights: Sequence[float]) -> list[tuple[str, float]]:
+    """The conversation's searches (the message's own first, as :func:`conversation_queries` orders them) as one
+    ranking of ``(doc id, score)``: weighted RRF (:data:`CONVERSATION_RRF_K`), the message's own top entry kept
+    within :data:`MESSAGE_TOP_WITHIN`."""
+    from .fusion import reciprocal_rank_fusion
+
+    fused = reciprocal_rank_fusion(rankings, CONVERSATION_RRF_K, list(weights))
+    ids = [doc_id for doc_id, _ in fused]
+    if len(rankings) > 1 and rankings[0] and rankings[0][0] in ids[MESSAGE_TOP_WITHIN:]:
+        fused.insert(MESSAGE_TOP_WITHIN - 1, fused.pop(ids.index(rankings[0][0])))
+    return fused
 
 
 def render_conversation(history: Sequence[Message], turns: int = RECENT_TURNS) -> str:

@@ -23,7 +23,7 @@ from .hypotheses import Domain, GenerationResult, Hypothesis, HypothesisGenerato
 from .request import SearchRequest
 from .requests import render_recording
 from .plan import Hypotheses, Plan, Ranked, agent_usage, result_errors
-from .conversation import CONVERSATION_RRF_K, DEFAULT_CONVERSATION_MODE, conversation_queries
+from .conversation import DEFAULT_CONVERSATION_MODE, conversation_queries
 from .cache import make_cache
 from ..telemetry import logfire
 from ..corpus.rendering import payload_text
@@ -256,7 +256,7 @@ class HydeRetriever:
         encoding = await self.retriever.aencode(texts, plan.collection)
         return await asyncio.to_thread(stages.search_raw, self.retriever, plan.collection, plan.search_text,
                                        plan.depth, plan.has_questions, encoding=encoding, started=started,
-                                       weights=tuple(w for _, w in plan.queries), rrf_k=CONVERSATION_RRF_K)
+                                       weights=tuple(w for _, w in plan.queries))
 
     async def _hypotheses(self, plan: Plan, raw_task: asyncio.Task[stages.RawChannel]) -> Hypotheses:
         """The hypotheses to search: the agent's (free), else generated ones, unless the cascade finds the

@@ -102,25 +102,28 @@ def is_hypothesis(channel: str) -> bool:
 # -- raw channel ------------------------------------------------------------------------------------
 
 def search_raw(retriever: Retriever, collection: str, text: str, depth: int, questions: bool, *,
-               encoding: EncodedQueries, started: float, weights: Sequence[float] = (), rrf_k: int = 60) -> RawChannel:
+               encoding: EncodedQueries, started: float, weights: Sequence[float] = ()) -> RawChannel:
     """Search with the query's ``encoding`` (and the write-time questions, when on). Blocking. ``started``:
     when the search began, before the encoding (the channel's time counts from it). With ``weights`` (one per
-    encoded text: a follow-up alone and with its context), their searches are fused by weighted RRF."""
+    encoded text: a follow-up alone and with the conversation), their searches are fused
+    (:func:`~hyde_tutor.hyde.conversation.fuse_rankings`)."""
     with logfire.span("hyde.raw_channel", questions=questions):
         n = max(1, len(weights))
         found = retriever.store.search_batch(collection, [retriever.request(encoding, i, depth, collection=collection)
                                                           for i in range(n)])
-        hits = found[0] if n == 1 else fuse_hits(found, weights, rrf_k)[:depth]
+        hits = found[0] if n == 1 else fuse_hits(found, weights)[:depth]
         channels = {RAW: hits}
         if questions:
             channels[QUESTIONS] = search_questions(retriever, collection, encoding, depth)
     return RawChannel(channels, encoding, (time.perf_counter() - started) * 1000)
 
 
-def fuse_hits(rankings: Sequence[Sequence[Hit]], weights: Sequence[float], rrf_k: int) -> list[Hit]:
-    """One ranking of hits from several (weighted RRF; the fused score replaces the store's)."""
+def fuse_hits(rankings: Sequence[Sequence[Hit]], weights: Sequence[float]) -> list[Hit]:
+    """One ranking of a conversation's searches (the fused score replaces the store's)."""
+    from .conversation import fuse_rankings
+
     payloads = {h.doc_id: h.payload for hits in rankings for h in hits}
-    fused = reciprocal_rank_fusion([[h.doc_id for h in hits] for hits in rankings], rrf_k, list(weights))
+    fused = fuse_rankings([[h.doc_id for h in hits] for hits in rankings], weights)
     return [Hit(doc_id, score, payloads[doc_id]) for doc_id, score in fused]
 
 
