@@ -128,3 +128,11 @@ def test_twelve_questions_in_one_chat_with_the_embedded_model_are_all_answered(d
     budget = settings.llm.n_ctx - settings.llm.max_tokens
     assert all(t.prompt_tokens is not None and t.prompt_tokens <= budget for t in turns), [t.prompt_tokens for t in turns]
     assert max(t.prompt_tokens for t in turns[6:]) <= max(t.prompt_tokens for t in turns[:6]) + 400  # no growth with turns
+
+
+def test_an_earlier_reply_reaches_the_model_as_its_head_only() -> None:
+    reply = "Подойдёт **-고 싶다 — желание**.\nПо-корейски: 부산에 가고 싶어요\n" + "Длинное объяснение. " * 40
+    kept = bounded_history([ModelRequest(parts=[UserPromptPart("Хочу в Пусан?")]),
+                            ModelResponse(parts=[TextPart(reply)]),
+                            ModelRequest(parts=[UserPromptPart("А в прошедшем?")])], 1)
+    assert kept[1].parts[0].content == "Подойдёт **-고 싶다 — желание**.\nПо-корейски: 부산에 가고 싶어요"

@@ -5,8 +5,9 @@ A chat that sends its whole history overflows the embedded model's 2048-token wi
 the model. :class:`FitContext` is a pydantic-ai capability that shapes each model request, not the stored
 conversation (:attr:`~hyde_tutor.plugin.chat.Turn.messages` keeps every turn):
 
-1. earlier turns are cut to the last ``history_turns`` exchanges, each as the learner's message and the
-   tutor's reply text (tool calls, tool returns with their entry texts, retry prompts left out);
+1. earlier turns are cut to the last ``history_turns`` exchanges, each as the learner's message and the head
+   of the tutor's reply (tool calls, tool returns with their entry texts, retry prompts left out: the embedded
+   model, shown its whole previous explanation, copied it into the next answer);
 2. the request is counted in tokens (the model's own vocabulary, ChatML as the embedded model reads it)
    against ``n_ctx`` less ``answer_tokens`` of headroom for the answer;
 3. while it does not fit, the oldest kept message goes first, then the last found entries of the
@@ -60,9 +61,20 @@ def _current_start(messages: Sequence[ModelMessage]) -> int:
     return 0
 
 
+REPLY_LINES = 2
+REPLY_CHARS = 200
+"""An earlier reply as the model sees it: its first lines (the entry it taught and the Korean sentence), so a small
+model neither copies its old explanation nor spends the window on it."""
+
+
+def _short(text: str) -> str:
+    head = "\n".join(text.splitlines()[:REPLY_LINES])
+    return head if len(head) <= REPLY_CHARS else head[:REPLY_CHARS].rsplit(" ", 1)[0] + "…"
+
+
 def bounded_history(messages: Sequence[ModelMessage], history_turns: int) -> list[ModelMessage]:
     """``messages`` with the earlier turns cut to their last ``history_turns`` exchanges of plain text (the
-    learner's message, the tutor's reply); the current turn is kept whole."""
+    learner's message, the head of the tutor's reply: :data:`REPLY_CHARS`); the current turn is kept whole."""
     start = _current_start(messages)
     earlier: list[ModelMessage] = []
     for message in messages[:start]:
@@ -73,7 +85,7 @@ def bounded_history(messages: Sequence[ModelMessage], history_turns: int) -> lis
         if role == "user":
             earlier.append(ModelRequest(parts=[UserPromptPart(content=text)]))
         elif earlier and isinstance(earlier[-1], ModelRequest):  # a reply only after its question
-            earlier.append(ModelResponse(parts=[TextPart(content=text)]))
+            earlier.append(ModelResponse(parts=[TextPart(content=_short(text))]))
     exchanges: list[list[ModelMessage]] = []
     for message in earlier:
         if isinstance(message, ModelRequest):
