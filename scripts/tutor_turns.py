@@ -39,7 +39,7 @@ from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.llm.backends import make_llm
 from hyde_tutor.plugin.chat import answer_turn
 from hyde_tutor.plugin.context_fit import FitContext
-from hyde_tutor.plugin.grounding import GroundedAnswer, headline_entry
+from hyde_tutor.plugin.grounding import GroundedAnswer, headline_entry, with_answer_cap
 from hyde_tutor.plugin.monitor import Monitor
 from hyde_tutor.plugin.toolset import TutorDeps
 from hyde_tutor.plugin.tutor import HydeTutor
@@ -89,7 +89,7 @@ def main() -> None:
     settings = Settings()
     llm = make_llm(settings)
     hr = HydeRetriever.from_settings(settings)
-    model_settings = dict(llm.extra_settings)
+    model_settings = with_answer_cap(dict(llm.extra_settings))
     if args.temperature != "server":
         model_settings |= {"temperature": float(args.temperature), "seed": 0}
     tutor = HydeTutor(mode="retrieve-first", grounded=True)

@@ -136,3 +136,13 @@ def test_an_earlier_reply_reaches_the_model_as_its_head_only() -> None:
                             ModelResponse(parts=[TextPart(reply)]),
                             ModelRequest(parts=[UserPromptPart("А в прошедшем?")])], 1)
     assert kept[1].parts[0].content == "Подойдёт **-고 싶다 — желание**.\nПо-корейски: 부산에 가고 싶어요"
+
+
+def test_a_structured_answer_gets_a_cap_its_longest_fields_fit() -> None:
+    from hyde_tutor.llm.backends import LLMBackend
+    from hyde_tutor.plugin.grounding import ANSWER_MAX_TOKENS
+
+    local = LLMBackend(FunctionModel(lambda m, i: None), "local:qwen", "local", extra_settings={"extra_body": {"max_tokens": 200}})
+    agent = build_tutor_agent(local, mode="auto")
+    assert agent.model_settings["extra_body"]["max_tokens"] == ANSWER_MAX_TOKENS == 320  # the hypotheses keep 200
+    assert local.extra_settings["extra_body"]["max_tokens"] == 200

@@ -32,7 +32,7 @@ from ..corpus.rendering import entry_label, format_entries
 from .tutor import TUTOR_MODES, HydeTutor, TutorMode
 from ..errors import HydeTutorError
 from .context_fit import FitContext
-from .grounding import GroundedAnswer, HeadlineRule, ground_reply, headline_entry, render_answer
+from .grounding import GroundedAnswer, HeadlineRule, ground_reply, headline_entry, render_answer, with_answer_cap
 from .toolset import TutorDeps, compact_result
 
 _log = logging.getLogger("hyde_tutor")
@@ -76,11 +76,13 @@ def build_tutor_agent(
     settings = dict(model_settings or {})
     if temperature is not None:
         settings["temperature"] = temperature
-    fit = fit or FitContext.for_backend(backend, settings, history_turns)
     chosen = HydeTutor.for_backend(backend).mode if mode == "auto" else mode
     if grounded is None:
         grounded = getattr(backend, "kind", None) == "local"
-    if chosen == "retrieve-first" and grounded:  # a structured choice among the found entries (grounding.py)
+    structured = chosen == "retrieve-first" and grounded  # a structured choice among the found entries
+    settings = with_answer_cap(settings) if structured else settings
+    fit = FitContext.for_backend(backend, settings, history_turns) if fit is None else fit
+    if structured:
         tutor = HydeTutor(mode="retrieve-first", grounded=True)
         return Agent(model, deps_type=TutorDeps, capabilities=[tutor, fit], output_type=NativeOutput(GroundedAnswer),  # type: ignore[arg-type]
                      model_settings=settings or None, retries=2)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from ..corpus.rendering import distinct_entries
 
 __all__ = ["GroundedAnswer", "HeadlineRule", "distinct_entries", "ground_reply", "headline_entry", "render_answer",
-           "render_entry"]
+           "render_entry", "with_answer_cap"]
 
 HANGUL = re.compile("[가-힣]")
 CYRILLIC = re.compile("[а-яёА-ЯЁ]")
@@ -37,9 +37,9 @@ class GroundedAnswer(BaseModel):
     """The tutor's structured answer: the chosen entry and what to say, in Korean and in Russian."""
 
     entry: int = Field(ge=1, le=MAX_ENTRIES, description="Номер статьи из списка найденных, по которой ты отвечаешь.")
-    korean: str = Field(max_length=200, description="Корейская фраза для ситуации ученика, по этой конструкции.")
-    explanation: str = Field(max_length=400, description="1–2 предложения по-русски: почему эта конструкция и "
-                                                        "как её построить.")
+    korean: str = Field(max_length=120, description="Корейская фраза для ситуации ученика, по этой конструкции.")
+    explanation: str = Field(max_length=240, description="1–2 коротких предложения по-русски: почему эта "
+                                                        "конструкция и как её построить.")
 
 
 def _name(e: dict[str, Any]) -> str:
@@ -58,6 +58,20 @@ def render_entry(e: dict[str, Any], max_examples: int = 2) -> str:
         if isinstance(ex, dict) and ex.get("ko"):
             lines.append(f"Пример: {ex['ko']} — {ex.get('ru', '')}".rstrip(" —"))
     return "\n".join(lines)
+
+
+ANSWER_MAX_TOKENS = 320
+"""The token cap of a structured answer: its fields at their longest (120 characters of Korean, 240 of Russian)
+fit, so the JSON is never cut off (with the hypotheses' cap of 200 the embedded model's answer was cut off in one
+turn of twelve: ``OutputTokenLimitExceeded``)."""
+
+def with_answer_cap(settings: dict[str, Any], cap: int = ANSWER_MAX_TOKENS) -> dict[str, Any]:
+    """Model ``settings`` with the answer's token cap (a compatible server's ``extra_body.max_tokens``) at least
+    ``cap``."""
+    body = dict(settings.get("extra_body") or {})
+    if "max_tokens" not in body:
+        return settings
+    return {**settings, "extra_body": {**body, "max_tokens": max(int(body["max_tokens"]), cap)}}
 
 
 HeadlineRule = Literal["model", "top", "unsure"]
