@@ -86,7 +86,8 @@ def followups(args: argparse.Namespace, profile: object) -> Iterator[Recording]:
     from hyde_tutor.hyde.conversation import render_conversation
     from hyde_tutor.hyde.requests import render_followup_request
 
-    system, request, persp = (load_prompt(profile.prompt), load_prompt(profile.followup_request),  # type: ignore[attr-defined]
+    system, request, persp = (load_prompt(profile.prompt),  # type: ignore[attr-defined]
+                              load_prompt(profile.followup_request, profile.followup_request_version),
                               load_prompt(profile.perspectives))  # type: ignore[attr-defined]
     instructions = {p.name: p.instruction for p in parse_perspectives(persp.text)}
     queries = {q.id: q for q in load_beir(args.queries.parent).queries}

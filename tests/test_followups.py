@@ -49,16 +49,17 @@ async def test_history_reaches_the_raw_search_and_the_hypothesis_request(retriev
         prompts.append(str(messages[-1].parts[-1].content))
         return ModelResponse(parts=[TextPart("Конструкция: -았/었으면 좋겠다. Пример: 갔으면 좋겠어요.")])
 
-    searched: list[str] = []
+    searched: list[tuple[str, int]] = []
     real = stages.search_raw
-    monkeypatch.setattr(stages, "search_raw", lambda r, c, text, *a, **k: (searched.append(text), real(r, c, text, *a, **k))[1])
+    monkeypatch.setattr(stages, "search_raw", lambda r, c, text, *a, **k: (
+        searched.append((text, len(k["encoding"].dense))), real(r, c, text, *a, **k))[1])
     hs = HydeSettings(n_hypotheses=1)
     hr = HydeRetriever(retriever, lambda d: HypothesisGenerator(FunctionModel(fn), "m", d, cache=MemoryCache(), hyde=hs), hs)
     await hr.search("grammar", "А в прошедшем?", history=HISTORY)
-    assert searched == ["Как сказать, что я хочу поехать в Корею? А в прошедшем?"]
+    assert searched == [("А в прошедшем?", 3)]  # a follow-up: alone, after the reply, after the exchange (fused)
     assert "Ученик: Как сказать, что я хочу поехать в Корею?" in prompts[0] and "А в прошедшем?" in prompts[0]
     await hr.search("grammar", "А в прошедшем?")  # no history: the plain request and the message alone
-    assert searched[-1] == "А в прошедшем?" and "Ученик:" not in prompts[-1]
+    assert searched[-1] == ("А в прошедшем?", 1) and "Ученик:" not in prompts[-1]
 
 
 async def test_retrieve_first_searches_a_follow_up_with_the_previous_question(retriever, monkeypatch) -> None:
@@ -89,7 +90,7 @@ def test_a_followup_recording_replays_only_for_its_conversation() -> None:
     from hyde_tutor.hyde.requests import load_recordings, render_followup_request
     from hyde_tutor.llm.recordings import Recording, RecordingBook, request_sha256
 
-    system, request = load_prompt("hypothesis_grammar"), load_prompt("hypothesis_followup_request")
+    system, request = load_prompt("hypothesis_grammar"), load_prompt("hypothesis_followup_request", 1)
     persp = load_prompt("perspectives")
     rule = parse_perspectives(persp.text)[0]
     conv = render_conversation(HISTORY)

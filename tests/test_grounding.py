@@ -180,3 +180,36 @@ def test_when_the_model_passes_over_the_top_entry_it_is_shown_too() -> None:
     assert text.splitlines()[-1] == "См. также **-고 싶다 — желание «хотеть»**. 주말에 부산에 가고 싶어요. — На выходных я хочу поехать в Пусан."
     same = render_answer(GroundedAnswer(entry=1, korean="가고 싶어요", explanation="x"), [WANT, ALMOST])
     assert "См. также" not in same
+
+
+def test_the_headline_follows_the_rule_whatever_the_model_chose() -> None:
+    from hyde_tutor.plugin.grounding import SURE_MARGIN, headline_entry
+
+    second = GroundedAnswer(entry=2, korean="늦을 뻔했어요", explanation="Почти случилось: -(으)ㄹ 뻔하다.")
+    found = [WANT, ALMOST]
+    assert headline_entry(second, found, "model") == 2
+    assert headline_entry(second, found, "top") == 1
+    assert headline_entry(second, found, "unsure", SURE_MARGIN) == 1  # the search is sure: its top entry
+    assert headline_entry(second, found, "unsure", SURE_MARGIN / 2) == 2  # unsure: the model chooses
+    assert headline_entry(second, found, "unsure", None) == 2
+    assert headline_entry(GroundedAnswer(entry=5, korean="", explanation=""), found, "model") == 1  # out of range
+    text = render_answer(second, found, headline=1)
+    assert text.startswith("Подойдёт **-고 싶다") and "뻔" not in text.split("См. также")[0]  # nothing of the other entry
+    assert "Присоединяется к основе глагола." in text  # the headline entry's own explanation
+
+
+def test_the_chat_turns_headline_follows_the_rule(retriever) -> None:
+    from hyde_tutor.corpus.rendering import distinct_entries
+    from hyde_tutor.plugin.grounding import SURE_MARGIN, _name
+
+    hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
+    agent = build_tutor_agent(_structured({"entry": 2, "korean": "가고 싶어요", "explanation": "Так говорят о желании."}),
+                              mode="retrieve-first", grounded=True)
+    for rule in ("model", "top", "unsure"):
+        deps = TutorDeps(retriever=hr)
+        turn = answer_turn(agent, deps, "Как сказать, что хочу поехать?", headline=rule)
+        found = distinct_entries(turn.found)
+        margin = deps.margins[str(found[0]["id"])]
+        sure = rule == "top" or (rule == "unsure" and margin is not None and margin >= SURE_MARGIN)
+        want = found[0] if sure else found[1]
+        assert turn.text.startswith(f"Подойдёт **{_name(want)}**"), (rule, margin)

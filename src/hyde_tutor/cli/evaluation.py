@@ -29,24 +29,28 @@ def evaluate(
         help="Comma-separated: raw, rrf, dbsf, dense, sparse, context, condensed, hyde, hyde_only, questions, "
              "hyde+questions. For queries with a history (follow-ups): raw = the last message alone, context = the "
              "previous question + the last message, condensed = the LLM's standalone rewrite of the follow-up; "
-             "hyde arms get the conversation.")] = "raw",
+             "hyde arms get the conversation; fused = the last message alone and with the previous question, "
+             "fused; reply = fused + the message after the tutor's last reply; conversation = the chat's default "
+             "(reply for a message that reads as a follow-up, the message alone otherwise).")] = "raw",
     k: Annotated[int, typer.Option("--k", min=10, max=100, help="Retrieval depth (metrics use @1/5/10).")] = 10,
     hypotheses: Annotated[int | None, typer.Option("--hypotheses", min=1, max=8)] = None,
     fusion: Annotated[str | None, typer.Option(help="rrf | max | mean | score for the hyde arms.")] = None,
     limit: Annotated[int | None, typer.Option(help="Evaluate N queries spread evenly over the set.")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of nDCG@10 and recall@5 per arm and query group.")] = None,
+    by: Annotated[str | None, typer.Option(help="Group the queries by this metadata field (e.g. kind: followup | "
+                                                "new); unset: named/unnamed.")] = None,
 ) -> None:
     """Score arms on the same queries: recall@1/5/10, precision@5, MRR@10, nDCG@10, per query group."""
-    from ..evaluation.arms import (ARM_NAMES, CONTEXT_ARMS, HYDE_ARMS, CondensedArm, ContextArm, HydeArm, RAW_ARMS,
-                                   raw_arm)
+    from ..evaluation.arms import (ARM_NAMES, CONTEXT_ARMS, CONVERSATION_ARMS, HYDE_ARMS, CondensedArm, ContextArm,
+                                   ConversationArm, HydeArm, RAW_ARMS, raw_arm)
     from ..evaluation.beir import evaluate_arms, report_json, report_table
     check_fusion(fusion)
     names = [a.strip() for a in arms.split(",") if a.strip()]
     unknown = [a for a in names if a not in ARM_NAMES]
     if unknown or not names:
         fail(f"Unknown arm(s) {unknown or arms!r}; choose from {', '.join(ARM_NAMES)}.")
-    data = _load(dataset, limit)
+    data = _load(dataset, limit, by)
     hr = open_hyde()
     hyde_arms: dict[str, HydeArm] = {}
     try:
@@ -62,6 +66,8 @@ def evaluate(
                     hyde_arms[a] = condensed  # type: ignore[assignment]  # its fallbacks are reported too
                 elif a in CONTEXT_ARMS:
                     runs[a] = ContextArm(hr.retriever, collection, k)
+                elif a in CONVERSATION_ARMS:
+                    runs[a] = ConversationArm(hr.retriever, collection, k, CONVERSATION_ARMS[a])
                 else:
                     runs[a] = hyde_arms[a] = stack.enter_context(
                         HydeArm(hr, collection, k, HYDE_ARMS[a], hypotheses, fusion))  # type: ignore[arg-type]
@@ -103,10 +109,10 @@ def _condenser(stack: ExitStack) -> Any:
     return Condenser.for_backend(backend, settings.llm)
 
 
-def _load(dataset: Path, limit: int | None) -> BeirDataset:
+def _load(dataset: Path, limit: int | None, by: str | None = None) -> BeirDataset:
     from ..evaluation.beir import load_beir
     try:
-        data = load_beir(dataset)
+        data = load_beir(dataset, group_by=by)
     except HydeTutorError as exc:
         fail(str(exc))
     if limit and limit < len(data.queries):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
 from ..hyde import FusionMode, HydeRetriever
-from ..hyde.conversation import Condenser, context_query
+from ..hyde.conversation import Condenser, ConversationMode, context_query, conversation_queries, fuse_rankings
 from ..hyde.request import SearchRequest
 from ..retrieval.retriever import Retriever, SearchMode
 
@@ -43,7 +43,11 @@ HYDE_ARMS: dict[str, PipelineArm] = {
 CONTEXT_ARMS = ("context", "condensed")
 """``context``: a follow-up searched with the previous question in front of it (plain hybrid, no LLM);
 ``condensed``: a follow-up rewritten by the LLM as a standalone question, then searched (plain hybrid)."""
-ARM_NAMES = (*RAW_ARMS, *CONTEXT_ARMS, *HYDE_ARMS)
+CONVERSATION_ARMS: dict[str, ConversationMode] = {"fused": "fused", "reply": "reply", "conversation": "auto"}
+"""No LLM (:data:`~hyde_tutor.hyde.conversation.ConversationMode`): ``fused``, the message alone and with the
+previous question, fused; ``reply``, also the message after the tutor's last reply; ``conversation``, the
+chat's default (``auto``): ``reply`` for a message that reads as a follow-up, the message alone otherwise."""
+ARM_NAMES = (*RAW_ARMS, *CONTEXT_ARMS, *CONVERSATION_ARMS, *HYDE_ARMS)
 
 
 def raw_arm(r: Retriever, collection: str, k: int, mode: SearchMode, fusion: str | None) -> ArmRun:
@@ -112,6 +116,27 @@ class ContextArm:
         texts = [context_query(h, t, self.r.settings.max_query_chars) if h else t
                  for t, h in map(_text_and_history, items)]
         return [[h.doc_id for h in hits] for hits in self.r.search_many(self.collection, texts, self.k)]
+
+
+class ConversationArm(ContextArm):
+    """Plain hybrid search of each query as the pipeline's raw channel searches it in ``mode``
+    (:func:`~hyde_tutor.hyde.conversation.conversation_queries`, fused by ``fuse_rankings``)."""
+
+    def __init__(self, r: Retriever, collection: str, k: int, mode: ConversationMode) -> None:
+        super().__init__(r, collection, k)
+        self.mode = mode
+
+    def __call__(self, items: Sequence[Any]) -> list[list[str]]:
+        plans = [conversation_queries(h, t, self.mode, self.r.settings.max_query_chars)
+                 for t, h in map(_text_and_history, items)]
+        texts = [q for plan in plans for q, _ in plan]
+        hits = iter(self.r.search_many(self.collection, texts, max(self.k, 30)))
+        out = []
+        for plan in plans:
+            rankings = [[h.doc_id for h in next(hits)] for _ in plan]
+            fused = fuse_rankings(rankings, [w for _, w in plan])
+            out.append([doc_id for doc_id, _ in fused][: self.k])
+        return out
 
 
 class CondensedArm(ContextArm, _OwnLoop):

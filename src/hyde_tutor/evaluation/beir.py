@@ -60,8 +60,10 @@ def query_group(metadata: Mapping[str, Any] | None) -> str:
     return "all" if named is None else ("named" if named else "unnamed")
 
 
-def load_beir(root: Path, split: str = "test") -> BeirDataset:
-    """Load queries and qrels; only queries with at least one relevant document are kept."""
+def load_beir(root: Path, split: str = "test", *, group_by: str | None = None) -> BeirDataset:
+    """Load queries and qrels; only queries with at least one relevant document are kept. ``group_by``: the
+    queries' group is this metadata field's value (``kind``: followup | new), ``all`` where it is missing;
+    unset: :func:`query_group`."""
     root = Path(root)
     qrels_path = root / "qrels" / f"{split}.tsv"
     queries_path = root / "queries.jsonl"
@@ -97,7 +99,9 @@ def load_beir(root: Path, split: str = "test") -> BeirDataset:
                     f"{queries_path}:{no}: expected a JSON object with \"_id\" and \"text\" ({type(exc).__name__}: {exc})."
                 ) from None
             if qid in qrels:
-                queries.append(EvalQuery(qid, text, query_group(obj.get("metadata")), history))
+                meta = obj.get("metadata") or {}
+                group = query_group(meta) if group_by is None else str(meta.get(group_by, "all"))
+                queries.append(EvalQuery(qid, text, group, history))
     return BeirDataset(root, queries, qrels)
 
 

@@ -8,9 +8,10 @@ template), so it answers the follow-up in context.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..config import LLMSettings
 from ..llm.generation import CallOptions, PromptedGenerator, TokenUsage, generate_text
@@ -30,6 +31,100 @@ def context_query(history: Sequence[Message], text: str, max_chars: int = 1000) 
     previous = next((content for role, content in reversed(history) if role == "user"), "")
     joined = f"{previous.strip()} {text.strip()}".strip()
     return joined[-max_chars:] if len(joined) > max_chars else joined
+
+
+ConversationMode = Literal["message", "context", "fused", "reply", "auto"]
+"""How the raw channel searches a message that has a conversation before it: ``message`` alone; ``context``
+(the previous question in front of it); ``fused``: the message alone and with its context, both searched, the
+rankings fused; ``reply``: the message alone, after the tutor's last reply (which names what it
+taught), and after the whole previous exchange (question and reply), fused with it and with the whole previous exchange, all weighted equally (the previous question
+alone, as in ``context``, measured worse in that fusion); ``auto``: ``reply`` for a message that reads as a follow-up
+(:func:`looks_like_followup`), any other message alone, so a new question mid-chat ranks as it does alone."""
+CONVERSATION_MODES: tuple[str, ...] = ("message", "context", "fused", "reply", "auto")
+DEFAULT_CONVERSATION_MODE: ConversationMode = "auto"
+CONVERSATION_RRF_K = 5
+"""RRF k of the conversation's searches: a low k lets a document one search ranks first lead (chosen with the
+weights on data/eval/conversations and data/eval/followups: docs/MEASUREMENTS.md, "Conversation search
+without an LLM")."""
+MESSAGE_TOP_WITHIN = 2
+"""The message's own top entry is kept within this rank of the fused ranking: «А в прошедшем времени?» alone
+finds -았/었-, the conversation's searches the entry taught before; the learner sees both (measured: no cost to
+recall@1 or @5 on either conversation set)."""
+REPLY_CHARS = 300
+"""How much of the tutor's last reply goes in front of the message (its headline: the entry it taught)."""
+
+_WORD = re.compile(r"[а-яёa-z]+|[가-힣]+", re.IGNORECASE)
+_OPENERS = ("а", "и", "ну", "но", "тогда", "значит", "так", "то", "или")
+_POINTERS = frozenset("это этот эта эти этого этому этим этой того тому тем той так такой такое такая такие тоже "
+                      "там туда тут здесь тогда же его её ее их он она они оно".split())
+_FRAMES = re.compile(r"\b(как\s+(сказать|будет|перевести|спросить|попросить|ответить|написать|выразить|"
+                     r"по-корейски)|что\s+(значит|означает|такое)|чем\s+отличаются|в\s+чём\s+разница|"
+                     r"когда\s+(говорят|используют|употребляют))\b", re.IGNORECASE)
+_STOP = frozenset("а и но ну или да нет не ни же ли бы как что чем чего кто где когда куда если то это так там "
+                  "в во на с со к ко о об от до за из у по для про при без через над под же ещё еще уже "
+                  "я ты мы вы он она оно они мне меня мой моя моё мои мной нам нас вам вас ему ей им их его её "
+                  "можно нужно надо будет было был была были есть быть тоже очень просто вот тогда значит "
+                  "какой какая какое какие который которая сказать говорить скажу".split())
+
+
+def content_words(text: str) -> list[str]:
+    """The message's own words that could name a topic: not particles, pronouns, question words or cues."""
+    return [w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOP and w not in _POINTERS
+            and (len(w) > 2 or "가" <= w[0] <= "힣")]
+
+
+_QUOTED = re.compile(r"«[^»]*»|\"[^\"]*\"|„[^“]*“")
+
+
+def looks_like_followup(text: str) -> bool:
+    """Whether a message leans on the conversation before it: it opens like a continuation («А если…»,
+    «И…», «Тогда…») or points back («это», «так», «тоже») without a question frame of its own («как
+    сказать, что…» with its content, or «как сказать «…»» with a quoted phrase), or it is too short to name a
+    topic. A quoted phrase is what the learner wants said: its words do not point back. Deliberately
+    conservative: a message read as new is searched exactly as on its own."""
+    words = [w.lower() for w in _WORD.findall(text)]
+    if not words:
+        return False
+    unquoted = _QUOTED.sub(" ", text)
+    own = content_words(text)
+    quoted = unquoted != text and bool(content_words(" ".join(_QUOTED.findall(text))))
+    framed = bool(_FRAMES.search(unquoted)) and (len(own) >= 3 or quoted)
+    opener = words[0] in _OPENERS
+    pointer = any(w.lower() in _POINTERS for w in _WORD.findall(unquoted))
+    if framed and not pointer:
+        return False
+    named = any("가" <= ch <= "힣" for ch in text)  # a Korean pattern or sentence of its own
+    return opener or (pointer and len(own) <= 3) or (len(own) <= 1 and not named)
+
+
+def conversation_queries(history: Sequence[Message], text: str, mode: ConversationMode = DEFAULT_CONVERSATION_MODE,
+                         max_chars: int = 1000) -> tuple[tuple[str, float], ...]:
+    """What the raw channel searches for ``text`` after ``history``: ``(query, RRF weight)`` pairs, fused
+    (:data:`CONVERSATION_RRF_K`) when there are several (see :data:`ConversationMode`)."""
+    if not history or mode == "message" or (mode == "auto" and not looks_like_followup(text)):
+        return ((text, 1.0),)
+    joined = context_query(history, text, max_chars)
+    text = text.strip()
+    reply = next((" ".join(c.split())[:REPLY_CHARS] for role, c in reversed(history) if role == "assistant"), "")
+    if mode == "context" or joined == text and not reply:
+        return ((joined, 1.0),)
+    if mode == "fused" or not reply:
+        return ((text, 1.0), (joined, 1.0)) if joined != text else ((text, 1.0),)
+    previous = next((" ".join(c.split()) for role, c in reversed(history) if role == "user"), "")
+    return ((text, 1.0), (f"{reply} {text}"[-max_chars:], 1.0), (f"{previous} {reply} {text}".strip()[-max_chars:], 1.0))
+
+
+def fuse_rankings(rankings: Sequence[Sequence[str]], weights: Sequence[float]) -> list[tuple[str, float]]:
+    """The conversation's searches (the message's own first, as :func:`conversation_queries` orders them) as one
+    ranking of ``(doc id, score)``: weighted RRF (:data:`CONVERSATION_RRF_K`), the message's own top entry kept
+    within :data:`MESSAGE_TOP_WITHIN`."""
+    from .fusion import reciprocal_rank_fusion
+
+    fused = reciprocal_rank_fusion(rankings, CONVERSATION_RRF_K, list(weights))
+    ids = [doc_id for doc_id, _ in fused]
+    if len(rankings) > 1 and rankings[0] and rankings[0][0] in ids[MESSAGE_TOP_WITHIN:]:
+        fused.insert(MESSAGE_TOP_WITHIN - 1, fused.pop(ids.index(rankings[0][0])))
+    return fused
 
 
 def render_conversation(history: Sequence[Message], turns: int = RECENT_TURNS) -> str:

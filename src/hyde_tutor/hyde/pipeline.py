@@ -24,7 +24,7 @@ from .hypotheses import Domain, GenerationResult, Hypothesis, HypothesisGenerato
 from .request import SearchRequest
 from .requests import render_recording
 from .plan import Hypotheses, Plan, Ranked, agent_usage, result_errors
-from .conversation import context_query
+from .conversation import DEFAULT_CONVERSATION_MODE, conversation_queries
 from .cache import make_cache
 from ..telemetry import logfire
 from ..corpus.rendering import payload_text
@@ -217,8 +217,11 @@ class HydeRetriever:
             depth = max(depth, SCORE_FUSION_DEPTH)
         want_questions = self.questions.enabled if request.use_questions is None else bool(request.use_questions)
         history = tuple(request.history)
-        search_text = context_query(history, text, self.retriever.settings.max_query_chars) if history else text
+        queries = conversation_queries(history, text, request.conversation or DEFAULT_CONVERSATION_MODE,
+                                       self.retriever.settings.max_query_chars)
+        search_text = queries[0][0]
         return Plan(request=request, text=text, search_text=search_text, top_k=top_k, depth=depth,
+                    queries=queries if len(queries) > 1 else (),
                     candidates=candidates, fusion=fusion,
                     use_hyde=policy.enabled if request.use_hyde is None else bool(request.use_hyde),
                     n_hypotheses=request.n_hypotheses or policy.n_hypotheses,
@@ -250,9 +253,11 @@ class HydeRetriever:
         """The query's channel: its encoding awaited (a batch shared with the other searches in flight, no
         worker thread held meanwhile), then the store search in a worker thread."""
         started = time.perf_counter()
-        encoding = await self.retriever.aencode([plan.search_text], plan.collection)
+        texts = [q for q, _ in plan.queries] or [plan.search_text]
+        encoding = await self.retriever.aencode(texts, plan.collection)
         raw = await asyncio.to_thread(stages.search_raw, self.retriever, plan.collection, plan.search_text,
-                                      plan.depth, plan.has_questions, encoding=encoding, started=started)
+                                      plan.depth, plan.has_questions, encoding=encoding, started=started,
+                                      weights=tuple(w for _, w in plan.queries))
         if raw.notes:  # the questions collection failed: asked again only after the probe's recheck time
             self.questions_probe.lost(plan.collection)
         return raw

@@ -20,6 +20,9 @@ class Plan:
     text: str
     search_text: str
     """What the raw channel searches: the query, or for a follow-up the previous question and the query."""
+    queries: tuple[tuple[str, float], ...] = ()
+    """Several searches fused (weighted RRF) into the raw channel: a follow-up alone and with its context
+    (:func:`~hyde_tutor.hyde.conversation.conversation_queries`); empty: ``search_text`` alone."""
     top_k: int
     depth: int
     candidates: int

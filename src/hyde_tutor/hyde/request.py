@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from .conversation import ConversationMode
 from .domains import Domain
 from .policy import FusionMode, GenerationMode
 
@@ -39,6 +40,9 @@ class SearchRequest:
     history: tuple[tuple[str, str], ...] = ()
     """Earlier turns, oldest first, ``(role, content)``: a follow-up is searched with the previous question in
     front of it and its hypotheses are written from the recent conversation (``hyde/conversation.py``)."""
+    conversation: ConversationMode | None = None
+    """How the raw channel searches a message with a history (:data:`~hyde_tutor.hyde.conversation.ConversationMode`);
+    None: ``auto``, a follow-up with its context, a new question as itself."""
 
     def replace(self, **changes: Any) -> SearchRequest:
         return dataclasses.replace(self, **changes)

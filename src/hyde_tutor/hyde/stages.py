@@ -104,11 +104,16 @@ def is_hypothesis(channel: str) -> bool:
 # -- raw channel ------------------------------------------------------------------------------------
 
 def search_raw(retriever: Retriever, collection: str, text: str, depth: int, questions: bool, *,
-               encoding: EncodedQueries, started: float) -> RawChannel:
+               encoding: EncodedQueries, started: float, weights: Sequence[float] = ()) -> RawChannel:
     """Search with the query's ``encoding`` (and the write-time questions, when on). Blocking. ``started``:
-    when the search began, before the encoding (the channel's time counts from it)."""
+    when the search began, before the encoding (the channel's time counts from it). With ``weights`` (one per
+    encoded text: a follow-up alone and with the conversation), their searches are fused
+    (:func:`~hyde_tutor.hyde.conversation.fuse_rankings`)."""
     with logfire.span("hyde.raw_channel", questions=questions):
-        hits = retriever.store.search_batch(collection, [retriever.request(encoding, 0, depth, collection=collection)])[0]
+        n = max(1, len(weights))
+        found = retriever.store.search_batch(collection, [retriever.request(encoding, i, depth, collection=collection)
+                                                          for i in range(n)])
+        hits = found[0] if n == 1 else fuse_hits(found, weights)[:depth]
         channels, notes = {RAW: hits}, ()
         if questions:
             try:
@@ -117,6 +122,15 @@ def search_raw(retriever: Retriever, collection: str, text: str, depth: int, que
                 notes = (f"questions channel dropped: {questions_collection(collection)!r} failed "
                          f"({type(exc).__name__}: {exc})"[:300],)
     return RawChannel(channels, encoding, (time.perf_counter() - started) * 1000, notes)
+
+
+def fuse_hits(rankings: Sequence[Sequence[Hit]], weights: Sequence[float]) -> list[Hit]:
+    """One ranking of a conversation's searches (the fused score replaces the store's)."""
+    from .conversation import fuse_rankings
+
+    payloads = {h.doc_id: h.payload for hits in rankings for h in hits}
+    fused = fuse_rankings([[h.doc_id for h in hits] for hits in rankings], weights)
+    return [Hit(doc_id, score, payloads[doc_id]) for doc_id, score in fused]
 
 
 def search_questions(retriever: Retriever, collection: str, enc: EncodedQueries, depth: int) -> list[Hit]:

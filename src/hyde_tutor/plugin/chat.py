@@ -31,7 +31,8 @@ from .monitor import Monitor, RetrievalRecord
 from ..corpus.rendering import entry_label, format_entries
 from .tutor import TUTOR_MODES, HydeTutor, TutorMode
 from ..errors import HydeTutorError
-from .grounding import GroundedAnswer, ground_reply, render_answer
+from .context_fit import FitContext
+from .grounding import GroundedAnswer, HeadlineRule, ground_reply, headline_entry, render_answer, with_answer_cap
 from .toolset import TutorDeps, compact_result
 
 _log = logging.getLogger("hyde_tutor")
@@ -45,9 +46,15 @@ def default_chat_mode(backend: Any) -> ChatMode:
     return HydeTutor.for_backend(backend).mode
 
 
+CHAT_TEMPERATURE = 0.0
+"""The tutor's sampling temperature, set on every turn's model call (the embedded server's own default, 0.8,
+made its choice of entry change from run to run; docs/MEASUREMENTS.md, "Offline tutor turn")."""
+
+
 def build_tutor_agent(
     model: Any, model_settings: dict[str, Any] | None = None, *, mode: ChatMode | Literal["auto"] = "tools",
-    grounded: bool | None = None,
+    grounded: bool | None = None, temperature: float | None = CHAT_TEMPERATURE, history_turns: int = 1,
+    fit: FitContext | None = None,
 ) -> Agent[TutorDeps, Any]:
     """A Russian-speaking Korean tutor wired with the HyDE search (:class:`HydeTutor`).
 
@@ -58,19 +65,29 @@ def build_tutor_agent(
         grounded: retrieve-first asks for a structured answer (:class:`GroundedAnswer`, rendered with the
             chosen entry by :func:`answer_turn`); None: for the embedded local model, whose free text is
             not reliably grounded. Every reply still passes :func:`~hyde_tutor.plugin.grounding.ground_reply`.
+        temperature: the sampling temperature of every model call (None: the server's default).
+        history_turns: earlier exchanges the model sees (:class:`~hyde_tutor.plugin.context_fit.FitContext`;
+            with the embedded model every request is also fitted to its context window).
+        fit: the request fitting itself (default: :meth:`FitContext.for_backend` with ``history_turns``).
     """
     backend = model if hasattr(model, "extra_settings") and hasattr(model, "kind") else None
     if backend is not None:
         model, model_settings = backend.agent_model, model_settings or backend.extra_settings
+    settings = dict(model_settings or {})
+    if temperature is not None:
+        settings["temperature"] = temperature
     chosen = HydeTutor.for_backend(backend).mode if mode == "auto" else mode
     if grounded is None:
         grounded = getattr(backend, "kind", None) == "local"
-    if chosen == "retrieve-first" and grounded:  # a structured choice among the found entries (grounding.py)
+    structured = chosen == "retrieve-first" and grounded  # a structured choice among the found entries
+    settings = with_answer_cap(settings) if structured else settings
+    fit = FitContext.for_backend(backend, settings, history_turns) if fit is None else fit
+    if structured:
         tutor = HydeTutor(mode="retrieve-first", grounded=True)
-        return Agent(model, deps_type=TutorDeps, capabilities=[tutor], output_type=NativeOutput(GroundedAnswer),  # type: ignore[arg-type]
-                     model_settings=model_settings or None, retries=2)
-    return Agent(model, deps_type=TutorDeps, capabilities=[HydeTutor(mode=chosen)],  # type: ignore[arg-type]
-                 model_settings=model_settings or None, retries=2)
+        return Agent(model, deps_type=TutorDeps, capabilities=[tutor, fit], output_type=NativeOutput(GroundedAnswer),  # type: ignore[arg-type]
+                     model_settings=settings or None, retries=2)  # type: ignore[arg-type]
+    return Agent(model, deps_type=TutorDeps, capabilities=[HydeTutor(mode=chosen), fit],  # type: ignore[arg-type]
+                 model_settings=settings or None, retries=2)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,21 +115,26 @@ class Turn:
     """Seconds from the question to the first streamed token of the reply."""
     answer: GroundedAnswer | None = None
     """The model's structured answer (a grounded agent), before :func:`render_answer` wrote ``text`` from it."""
+    prompt_tokens: int | None = None
+    """Tokens of the turn's last model request as sent (after :class:`~hyde_tutor.plugin.context_fit.FitContext`)."""
 
 
 def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
                 history: Sequence[ModelMessage] = (), *, max_requests: int = 6,
                 on_found: Callable[[list[dict[str, Any]], list[RetrievalRecord]], None] | None = None,
-                on_text: Callable[[str], None] | None = None) -> Turn:
+                on_text: Callable[[str], None] | None = None, headline: HeadlineRule = "unsure") -> Turn:
     """Answer one learner message. Never raises for a model failure.
 
     ``max_requests`` caps model requests per turn: small local models can loop on tool calls.
     ``on_found`` (retrieve-first agents): search first and hand over what was found before the model
     starts, so a chat shows the entries while the model is still writing. ``on_text`` streams a text
     reply as it is generated (pydantic-ai ``run_stream_events``); a structured answer is not streamed.
+    ``headline``: which found entry heads a structured reply (:data:`~hyde_tutor.plugin.grounding.HeadlineRule`;
+    docs/MEASUREMENTS.md, "Offline tutor turn").
     """
     started = time.perf_counter()
     deps.clear_found()
+    deps.margins.clear()
     before = deps.monitor.total if deps.monitor else 0
     if on_found is not None:
         entries = _prefetch(deps, question, history, agent)
@@ -128,7 +150,9 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
                 question, deps=deps, message_history=list(history), usage_limits=UsageLimits(request_limit=max_requests)))
         answer = result.output if isinstance(result.output, GroundedAnswer) else None
         if answer is not None:
-            text, replaced = render_answer(answer, deps.found), False
+            top = str(deps.found[0].get("id")) if deps.found else ""
+            number = headline_entry(answer, deps.found, headline, deps.margins.get(top))
+            text, replaced = render_answer(answer, deps.found, headline=number), False
         else:
             text, replaced = ground_reply(html.unescape(str(result.output or "").strip()), deps.found)
         if not text:
@@ -137,14 +161,29 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
         reason = f"{type(exc).__name__}: {str(exc)[:160]}"
         text = _fallback_reply(agent, deps, question, reason)
         return Turn(text=text, model_error=reason, records=tuple(_new_records(deps.monitor, before)),
-                    seconds=time.perf_counter() - started, found=tuple(deps.found), messages=tuple(history))
+                    seconds=time.perf_counter() - started, found=tuple(deps.found), messages=tuple(history),
+                    prompt_tokens=deps.prompt_tokens)
     calls = tuple(f"{p.tool_name}({p.args_as_json_str()})" for m in result.new_messages()
                   for p in getattr(m, "parts", []) if isinstance(p, ToolCallPart))
     return Turn(text=text, tool_calls=calls, records=tuple(_new_records(deps.monitor, before)),
-                seconds=time.perf_counter() - started, found=tuple(deps.found), messages=tuple(result.all_messages()),
+                seconds=time.perf_counter() - started, found=tuple(deps.found),
+                messages=_as_shown(result.all_messages(), text, answer is not None or replaced),
                 replaced=replaced, streamed=streaming,
                 first_token_s=None if first_token is None else first_token - started,
-                answer=answer)
+                answer=answer, prompt_tokens=deps.prompt_tokens)
+
+
+def _as_shown(messages: Sequence[ModelMessage], text: str, rewritten: bool) -> tuple[ModelMessage, ...]:
+    """The conversation with the tutor's last reply as the learner saw it (a structured answer rendered with its
+    entry, a replaced reply's replacement): the next turn's search reads what was taught, by name."""
+    import dataclasses
+
+    from pydantic_ai.messages import ModelResponse, TextPart
+
+    out = list(messages)
+    if rewritten and out and isinstance(out[-1], ModelResponse):
+        out[-1] = dataclasses.replace(out[-1], parts=[TextPart(content=text)])
+    return tuple(out)
 
 
 def _fallback_reply(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str, reason: str) -> str:

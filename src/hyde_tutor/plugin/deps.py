@@ -26,6 +26,11 @@ class TutorDeps:
     turn whose model fails shows these to the learner instead of an error."""
     unavailable: list[str] = field(default_factory=list)
     """Why searches run on the model's behalf failed in this turn (retrieve-first says so instead of entries)."""
+    prompt_tokens: int | None = None
+    margins: dict[str, float | None] = field(default_factory=dict)
+    """How sure each search of the turn was, keyed by its top entry's id: the top score's lead over the second,
+    as a share of the top score (a chat turn clears it; the grounded reply's headline rule reads it)."""
+    """Tokens of this turn's last model request as sent (:class:`~hyde_tutor.plugin.context_fit.FitContext`)."""
     _found_by_question: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
     _prefetched: dict[str, tuple[list[dict[str, Any]], list[str]]] = field(default_factory=dict, repr=False)
     _found_run: str | None = field(default=None, repr=False)
@@ -45,6 +50,7 @@ class TutorDeps:
         """Start a new turn: forget what earlier searches found."""
         self.found.clear()
         self.unavailable.clear()
+        self.prompt_tokens = None
         self._found_by_question.clear()
 
     def begin_run(self, run_id: str | None) -> None:

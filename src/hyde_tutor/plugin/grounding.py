@@ -17,13 +17,14 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from ..corpus.rendering import distinct_entries
 
-__all__ = ["GroundedAnswer", "distinct_entries", "ground_reply", "render_answer", "render_entry"]
+__all__ = ["GroundedAnswer", "HeadlineRule", "distinct_entries", "ground_reply", "headline_entry", "render_answer",
+           "render_entry", "with_answer_cap"]
 
 HANGUL = re.compile("[가-힣]")
 CYRILLIC = re.compile("[а-яёА-ЯЁ]")
@@ -36,9 +37,9 @@ class GroundedAnswer(BaseModel):
     """The tutor's structured answer: the chosen entry and what to say, in Korean and in Russian."""
 
     entry: int = Field(ge=1, le=MAX_ENTRIES, description="Номер статьи из списка найденных, по которой ты отвечаешь.")
-    korean: str = Field(max_length=200, description="Корейская фраза для ситуации ученика, по этой конструкции.")
-    explanation: str = Field(max_length=400, description="1–2 предложения по-русски: почему эта конструкция и "
-                                                        "как её построить.")
+    korean: str = Field(max_length=120, description="Корейская фраза для ситуации ученика, по этой конструкции.")
+    explanation: str = Field(max_length=240, description="1–2 коротких предложения по-русски: почему эта "
+                                                        "конструкция и как её построить.")
 
 
 def _name(e: dict[str, Any]) -> str:
@@ -59,15 +60,53 @@ def render_entry(e: dict[str, Any], max_examples: int = 2) -> str:
     return "\n".join(lines)
 
 
-def render_answer(answer: GroundedAnswer, entries: Sequence[dict[str, Any]]) -> str:
-    """The reply from a structured answer and the entries it was given: the chosen entry (the top one when
-    the number is out of range) named first, the model's Korean sentence if it is Korean, its explanation
-    if it is Russian (else the entry's own), then the entry's examples."""
+ANSWER_MAX_TOKENS = 320
+"""The token cap of a structured answer: its fields at their longest (120 characters of Korean, 240 of Russian)
+fit, so the JSON is never cut off (with the hypotheses' cap of 200 the embedded model's answer was cut off in one
+turn of twelve: ``OutputTokenLimitExceeded``)."""
+
+def with_answer_cap(settings: dict[str, Any], cap: int = ANSWER_MAX_TOKENS) -> dict[str, Any]:
+    """Model ``settings`` with the answer's token cap (a compatible server's ``extra_body.max_tokens``) at least
+    ``cap``."""
+    body = dict(settings.get("extra_body") or {})
+    if "max_tokens" not in body:
+        return settings
+    return {**settings, "extra_body": {**body, "max_tokens": max(int(body["max_tokens"]), cap)}}
+
+
+HeadlineRule = Literal["model", "top", "unsure"]
+"""Which found entry heads a structured reply: the ``model``'s choice; the search's ``top`` entry; the top entry
+when the search is sure (its top score leads by :data:`SURE_MARGIN`), the model's choice when it is ``unsure``."""
+SURE_MARGIN = 0.15
+"""A search is sure when its top score leads the second by this share of the top score (on 40 recorded answers of
+the embedded model the rule headed 28 replies with a relevant entry at 0.15 and 0.2, 29 at 0.1, 26 at 0.25,
+against 24 for the model's choice and 24 for the top entry: docs/MEASUREMENTS.md, "Offline tutor turn")."""
+
+
+def headline_entry(answer: GroundedAnswer, entries: Sequence[dict[str, Any]], rule: HeadlineRule = "model",
+                   margin: float | None = None) -> int:
+    """The 1-based number of the found entry that heads the reply, by ``rule`` (``margin``: how sure the search
+    was, :func:`~hyde_tutor.hyde.stages.top_margin`; None counts as unsure). A number out of range is the top."""
+    n = len(distinct_entries(entries))
+    chosen = answer.entry if 1 <= answer.entry <= n else 1
+    if rule == "top" or (rule == "unsure" and margin is not None and margin >= SURE_MARGIN):
+        return 1
+    return chosen
+
+
+def render_answer(answer: GroundedAnswer, entries: Sequence[dict[str, Any]], *, headline: int | None = None) -> str:
+    """The reply from a structured answer and the entries it was given: the chosen entry (``headline``, else
+    the model's; the top one when the number is out of range) named first, the model's Korean sentence if it
+    is Korean and built on that entry, its explanation if it is Russian and about that entry (else the
+    entry's own), then the entry's examples."""
     found = distinct_entries(entries)
     korean, explanation = html.unescape(answer.korean).strip(), html.unescape(answer.explanation).strip()
     if not found:
         return explanation or "В справочнике ничего не нашлось."
-    e = found[answer.entry - 1] if 1 <= answer.entry <= len(found) else found[0]
+    number = answer.entry if headline is None else headline
+    e = found[number - 1] if 1 <= number <= len(found) else found[0]
+    if headline is not None and headline != answer.entry:  # the model wrote about another entry
+        explanation = ""
     lines = [f"Подойдёт **{_name(e)}**."]
     if len(HANGUL.findall(korean)) >= MIN_KOREAN_SYLLABLES and uses_pattern(korean, str(e.get("pattern") or "")):
         lines.append(f"По-корейски: {korean}")  # a sentence (not a stray particle) built on the chosen entry

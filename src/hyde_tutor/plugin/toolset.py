@@ -132,6 +132,8 @@ async def _search(deps: TutorDeps, tool: str, request: SearchRequest) -> tuple[d
             _record(deps.monitor, record)
         raise ToolFailed(tool_failure_message(exc, tool, collection)) from exc
     _record(deps.monitor, record)
+    if compact:
+        deps.margins.setdefault(str(compact[0].get("id")), result.raw_margin)
     deps.found.extend(compact)
     return {"note": REFERENCE_NOTE, "results": compact, "used_hyde": result.used_hyde,
             "fallback_reason": result.fallback_reason}, result

@@ -1,0 +1,115 @@
+"""Conversation search without an LLM (issue 29): a new question mid-chat is searched as itself, a follow-up
+with what the conversation taught. The ranking tests use the real USE embedder and BM25 over the bundled
+grammar corpus."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hyde_tutor import EdgeStore, Retriever
+from hyde_tutor.config import HydeSettings
+from hyde_tutor.corpus.documents import iter_jsonl_documents
+from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.hyde import HydeRetriever
+from hyde_tutor.hyde.conversation import conversation_queries, looks_like_followup
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+BUSAN = (("user", "Как сказать, что я хочу поехать в Пусан?"),
+         ("assistant", "Подойдёт **-고 싶다 — желание «хотеть»**.\nПо-корейски: 부산에 가고 싶어요."))
+
+
+def test_the_follow_up_detector_reads_ellipsis_and_pointers_not_new_questions() -> None:
+    for text in ("А в прошедшем времени?", "А если это не я, а мой друг хочет?", "А чем это отличается от -아도/어도?",
+                 "Это вежливо?", "И ещё короче?", "А учителю?"):
+        assert looks_like_followup(text), text
+    for text in ("Как сказать, что я чуть не опоздал на поезд?", "Что значит -지만?", "Как вежливо попросить учителя "
+                 "повторить?", "Чем отличаются -아서 и -니까?", "Когда используют 께서?",
+                 "Как спросить «можно здесь сесть?»"):  # a quoted phrase's «здесь» does not point back
+        assert not looks_like_followup(text), text
+
+
+def test_a_new_question_is_searched_alone_and_a_follow_up_with_what_was_taught() -> None:
+    assert conversation_queries(BUSAN, "Как сказать, что я чуть не опоздал на поезд?") == (
+        ("Как сказать, что я чуть не опоздал на поезд?", 1.0),)
+    queries = [q for q, _ in conversation_queries(BUSAN, "А в прошедшем времени?")]
+    assert queries[0] == "А в прошедшем времени?" and "-고 싶다" in queries[1] and "Пусан" in queries[2]
+    assert conversation_queries(BUSAN[:1], "А в прошедшем?", "auto") == (
+        ("А в прошедшем?", 1.0), ("Как сказать, что я хочу поехать в Пусан? А в прошедшем?", 1.0))  # no reply yet
+    assert conversation_queries(BUSAN, "А в прошедшем?", "context") == (
+        ("Как сказать, что я хочу поехать в Пусан? А в прошедшем?", 1.0),)
+    assert conversation_queries((), "А в прошедшем?") == (("А в прошедшем?", 1.0),)
+
+
+@pytest.fixture(scope="module")
+def grammar(tmp_path_factory: pytest.TempPathFactory, use_embedder, bm25) -> Iterator[HydeRetriever]:
+    """The bundled grammar corpus in an edge store, real USE + BM25, HyDE off."""
+    store = EdgeStore(tmp_path_factory.mktemp("conv-grammar") / "edge")
+    docs = [p.document for p in iter_jsonl_documents(DATA / "grammar.jsonl") if p.document is not None]
+    ingest_documents(docs, "grammar", store, use_embedder, bm25, progress=False)
+    hr = HydeRetriever(Retriever(store, use_embedder, bm25), lambda d: None,  # type: ignore[arg-type,return-value]
+                       HydeSettings(enabled=False))
+    yield hr
+    hr.close()
+
+
+def _ids(hr: HydeRetriever, text: str, history: tuple = ()) -> list[str]:
+    result = asyncio.run(hr.search("grammar", text, history=history, use_hyde=False, top_k=10))
+    return [d.id for d in result.results]
+
+
+def test_a_new_question_after_an_unrelated_exchange_ranks_as_it_does_alone(grammar: HydeRetriever) -> None:
+    for text in ("Как сказать, что я чуть не опоздал на поезд?", "Как вежливо попросить учителя повторить?",
+                 "Что значит -지만?"):
+        assert _ids(grammar, text, BUSAN) == _ids(grammar, text), text
+        # today's context search would have put the old topic in front of it
+        assert _ids(grammar, text, BUSAN) != [d.id for d in asyncio.run(grammar.search(
+            "grammar", text, history=BUSAN, use_hyde=False, top_k=10, conversation="context")).results], text
+
+
+@pytest.mark.parametrize(("history", "text", "want"), [
+    ((("user", "Как вежливо сказать «не волнуйтесь»?"),
+      ("assistant", "Вежливая просьба не делать — -지 마세요: 걱정하지 마세요.")), "А если это близкому другу?", "g-c11"),
+    ((("user", "Как сказать «я подарил другу книгу»?"),
+      ("assistant", "Адресата-человека отмечают частицей 한테: 친구한테 책을 선물했어요.")), "А если не другу, а учителю? Так же?",
+     "g-d03"),
+])
+def test_a_follow_up_finds_the_entry_the_conversation_needs(grammar: HydeRetriever, history, text, want) -> None:
+    assert _ids(grammar, text)[0] != want  # the message alone misses it
+    assert _ids(grammar, text, history)[0] == want
+
+
+def test_the_chat_keeps_the_reply_the_learner_saw_for_the_next_search(retriever) -> None:
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from hyde_tutor.plugin.chat import answer_turn, build_tutor_agent
+    from hyde_tutor.plugin.toolset import TutorDeps
+    from hyde_tutor.plugin.tutor import conversation
+
+    answer = {"entry": 1, "korean": "가고 싶어요", "explanation": "Желание: основа глагола плюс -고 싶다."}
+    model = FunctionModel(lambda m, i: ModelResponse(parts=[TextPart(json.dumps(answer, ensure_ascii=False))]))
+    hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
+    turn = answer_turn(build_tutor_agent(model, mode="retrieve-first", grounded=True), TutorDeps(retriever=hr), "Хочу?")
+    role, reply = conversation(turn.messages)[-1]
+    assert role == "assistant" and reply == turn.text and reply.startswith("Подойдёт **")  # not the raw JSON
+
+
+def test_a_follow_up_keeps_both_what_was_taught_and_what_the_message_asks(grammar: HydeRetriever) -> None:
+    assert _ids(grammar, "А в прошедшем времени?")[0] == "g-c03"  # -았/었- for the message alone
+    context = [d.id for d in asyncio.run(grammar.search("grammar", "А в прошедшем времени?", history=BUSAN,
+                                                         use_hyde=False, top_k=10, conversation="context")).results]
+    assert "g-c03" not in context[:3]  # the chat before: the old topic only
+    assert set(_ids(grammar, "А в прошедшем времени?", BUSAN)[:2]) == {"g-b01", "g-c03"}  # -고 싶다 and -았/었-
+
+
+def test_the_messages_own_top_entry_stays_within_the_first_two() -> None:
+    from hyde_tutor.hyde.conversation import fuse_rankings
+
+    fused = fuse_rankings([["own", "a", "b"], ["a", "b", "c"], ["b", "a", "c"]], [1.0, 1.0, 1.0])
+    assert [d for d, _ in fused][:3] == ["a", "own", "b"]
+    assert [d for d, _ in fuse_rankings([["a", "own"], ["a", "own"]], [1.0, 1.0])][:2] == ["a", "own"]
