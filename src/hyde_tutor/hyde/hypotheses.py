@@ -181,7 +181,8 @@ class HypothesisGenerator(PromptedGenerator):
         for a follow-up (``conversation``), the follow-up template with the recent conversation."""
         if conversation:
             if self._followup_request is None:
-                self._followup_request = load_prompt(self.profile.followup_request)
+                self._followup_request = load_prompt(self.profile.followup_request,
+                                                     version=self.hyde.followup_request_version)
             return render_followup_request(self._followup_request, conversation, query, perspective.instruction)
         return render_hypothesis_request(self.request, query, perspective.instruction)
 
