@@ -11,7 +11,9 @@ without history gets the plain request (``hypothesis_request``). The file is wha
     .venv/bin/python scripts/render_requests.py --dataset data/eval/conversations --perspectives rule,example \\
         --followup-version 2 --out conversations.v2.jsonl
 
-One JSON object per line: ``id``, ``system_prompt`` (the file name under ``prompts/``), ``request`` (the
+One JSON object per line: ``key`` (``r001``…: an opaque name for the request, what a writer answers with when
+the ids would tell it something, e.g. ``cv-f…`` follow-ups and ``cv-n…`` new questions; ``--shuffle-seed`` hides
+the order too), ``id``, ``system_prompt`` (the file name under ``prompts/``), ``request`` (the
 request template's ``name@vN``), ``perspective``, ``user`` (the rendered user message) and ``user_sha256``
 (the hash of system prompt + user message that the recording will carry, to check a round trip).
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,8 +63,13 @@ def main() -> None:
     ap.add_argument("--perspectives", default="rule",
                     help="comma-separated; the default policy's one hypothesis uses the first (rule)")
     ap.add_argument("--followup-version", type=int, default=None, help="follow-up template version (default: newest)")
+    ap.add_argument("--shuffle-seed", type=int, default=None, help="shuffle the lines (their keys then say nothing)")
     args = ap.parse_args()
     rows = list(rendered(args.dataset, args.domain, args.perspectives.split(","), args.followup_version))
+    if args.shuffle_seed is not None:  # ids and order can say which kind a message is (cv-f…, cv-n…): hide both
+        random.Random(args.shuffle_seed).shuffle(rows)
+    for no, row in enumerate(rows, start=1):
+        row["key"] = f"r{no:03d}"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", encoding="utf-8") as fh:
         for row in rows:

@@ -7,7 +7,7 @@ domain, the honest model label, the prompt refs and the hash of the rendered req
     python scripts/standin_to_recordings.py --domain grammar --out data/recordings/grammar_eval.jsonl A.jsonl B.jsonl
 
 Follow-up answers (``--followups``: the writer got the rendered requests of ``scripts/render_requests.py`` and saved
-{"id", "perspective", "text"}; ``--queries`` has the conversations; ``--followup-version`` the template it answered):
+{"id" or "key", "perspective", "text"}; ``--queries`` has the conversations, ``--requests`` maps keys to ids; ``--followup-version`` the template it answered):
 
     python scripts/standin_to_recordings.py --domain grammar --followups --followup-version 2 \
         --queries data/eval/followups/queries.jsonl --out data/recordings/followups.v2.jsonl answers.jsonl
@@ -46,6 +46,8 @@ def main() -> None:
     ap.add_argument("--condense", action="store_true",
                     help="answers to the condense request: {id, text}; --queries has the follow-ups and history")
     ap.add_argument("--queries", type=Path, help="with --one-call: the BEIR queries.jsonl the ids come from")
+    ap.add_argument("--requests", type=Path,
+                    help="with --followups: the request file of scripts/render_requests.py, for answers named by key")
     ap.add_argument("--followup-version", type=int, default=None,
                     help="with --followups: the follow-up request template version the writer answered (default: newest)")
     ap.add_argument("answers", nargs="+", type=Path)
@@ -98,8 +100,9 @@ def followups(args: argparse.Namespace, profile: object) -> Iterator[Recording]:
     request = load_prompt(profile.followup_request, version=args.followup_version)  # type: ignore[attr-defined]
     instructions = {p.name: p.instruction for p in parse_perspectives(persp.text)}
     queries = {q.id: q for q in load_beir(args.queries.parent).queries}
+    ids = {r["key"]: r["id"] for r in _rows([args.requests])} if args.requests else {}
     for row in _rows(args.answers):
-        q = queries[row["id"]]
+        q = queries[row["id"] if "id" in row else ids[row["key"]]]
         if not q.history:  # a message with no conversation before it gets the plain request
             yield from single(argparse.Namespace(domain=args.domain, answers=None), profile,
                               [{"query": q.text, "perspective": row["perspective"], "text": row["text"]}])
