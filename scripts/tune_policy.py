@@ -131,7 +131,7 @@ def parse_policy(spec: str) -> Policy:
             policy.overrides["agent_hypothesis"] = value
         elif key in ("fusion", "legs", "generation"):
             policy.overrides[key] = value
-        elif key in ("rrf_k", "n_hypotheses", "hypothesis_length", "min_agreement"):
+        elif key in ("rrf_k", "n_hypotheses", "hypothesis_length", "min_agreement", "followup_request_version"):
             policy.overrides[key] = int(value)
         else:
             policy.overrides[key] = float(value)
