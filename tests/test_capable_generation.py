@@ -110,3 +110,17 @@ async def test_retrieve_first_can_search_both_collections_with_one_hypothesis(re
     _, records, deps = turn()
     await RetrieveFirst().search(deps, "Как сказать, что я хочу поехать?")
     assert len(calls) == 2 and [r.llm_calls for r in records] == [1, 1]  # the default: one call per collection
+
+
+async def test_the_v2_recordings_answer_the_requests_the_pipeline_sends_today() -> None:
+    from hyde_tutor.hyde.requests import load_recordings, render_recording
+    from hyde_tutor.llm.backends import replay_backend
+
+    files = [DATA / "recordings" / "followups.v2.jsonl", DATA / "recordings" / "conversations.v2.jsonl"]
+    assert load_recordings(files).stale == 0
+    backend = replay_backend(",".join(map(str, files)), render=render_recording)
+    gen = HypothesisGenerator.for_backend(backend, "grammar", hyde=HydeSettings(), llm=LLMSettings())
+    for name in ("followups", "conversations"):
+        queries = load_beir(DATA / "eval" / name).queries
+        served = [await gen.generate(q.text, 1, history=q.history) for q in queries]
+        assert all(len(r.hypotheses) == 1 for r in served), name  # every message's default request is recorded
