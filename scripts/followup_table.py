@@ -39,14 +39,18 @@ ROWS: dict[str, tuple[str, str]] = {
 }
 
 
-def kinds(root: str) -> dict[str, str]:
-    """Query id → ``followup`` or ``new`` (a set without the field: all follow-ups)."""
-    out = {}
+def kinds(root: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Query id → ``followup`` or ``new`` (a set without the field: all follow-ups), and → the entry turn 1 was
+    about (a new question whose top entry is that one was pulled into the old topic)."""
+    kind, turn1 = {}, {}
     for line in Path(root, "queries.jsonl").read_text(encoding="utf-8").splitlines():
         if line.strip():
             q = json.loads(line)
-            out[q["_id"]] = (q.get("metadata") or {}).get("kind", "followup")
-    return out
+            meta = q.get("metadata") or {}
+            # data/eval/followups's own "kind" is the follow-up's subtype (person, tense…): all are follow-ups
+            kind[q["_id"]] = "new" if meta.get("kind") == "new" else "followup"
+            turn1[q["_id"]] = meta.get("turn1_entry", "")
+    return kind, turn1
 
 
 def run(runner: Runner, spec: str, mode: str, queries: list[Any]) -> list[tuple[list[str], int, str | None]]:
@@ -82,10 +86,10 @@ def main() -> None:
     if "grammar" not in r.store.list_collections():
         ingest_file(Path("data/eval/grammar/corpus.jsonl"), "grammar", r.store, r.dense, r.sparse, progress=False)
     figures: dict[str, Any] = {}
-    print("| set | kind | n | policy | calls / search | not served | recall@1 | recall@5 |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| set | kind | n | policy | calls / search | not served | recall@1 | hit@1 | recall@5 | top-1 = turn-1 entry |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.sets.split(","):
-        data, kind_of = load_beir(Path(SETS[name])), kinds(SETS[name])
+        data, (kind_of, turn1) = load_beir(Path(SETS[name])), kinds(SETS[name])
         for label, (spec, mode) in ROWS.items():
             outcomes = run(runner, spec, mode, data.queries)
             for kind in ("followup", "new", "both"):
@@ -94,12 +98,15 @@ def main() -> None:
                     continue
                 r1 = float(np.mean([recall_at_k(o[0], data.qrels[q.id], 1) for q, o in sub]))
                 r5 = float(np.mean([recall_at_k(o[0], data.qrels[q.id], 5) for q, o in sub]))
+                h1 = float(np.mean([bool(o[0]) and o[0][0] in data.qrels[q.id] for q, o in sub]))
+                old = sum(1 for q, o in sub if o[0] and o[0][0] == turn1.get(q.id))
                 calls = sum(o[1] for _, o in sub) / len(sub)
                 unserved = sum(1 for _, o in sub if o[2] is not None)
                 figures.setdefault(name, {}).setdefault(kind, {})[label] = {
-                    "n": len(sub), "r1": r1, "r5": r5, "calls": calls, "not_served": unserved,
+                    "n": len(sub), "r1": r1, "hit1": h1, "r5": r5, "calls": calls, "top1_is_turn1_entry": old, "not_served": unserved,
                     "by_query": {q.id: o[0][:5] for q, o in sub}}
-                print(f"| {name} | {kind} | {len(sub)} | {label} | {calls:.2f} | {unserved} | {r1:.3f} | {r5:.3f} |")
+                print(f"| {name} | {kind} | {len(sub)} | {label} | {calls:.2f} | {unserved} | {r1:.3f} | {h1:.3f} | "
+                      f"{r5:.3f} | {old} |")
     runner.loop.close()
     runner.retriever.close()
     if args.json:
