@@ -75,7 +75,8 @@ def main() -> None:
     ap.add_argument("--retrieve-first", action="store_true",
                     help="search as RetrieveFirst does (grammar AND docs per message); calls per turn")
     args = ap.parse_args()
-    policies = {k: v for k, v in POLICIES.items() if not args.only or k in args.only}
+    policies = {k: v for k, v in POLICIES.items() if (not args.only or k in args.only)
+                and (args.retrieve_first or "share=1" not in v.split(","))}  # sharing is retrieve-first's lever
     policies.update({s: s for s in args.policy or []})
     sets = [s for s in SETS if s[0] in args.sets.split(",")]
     runner = Runner(None)
