@@ -35,8 +35,8 @@ from ..llm.prompts import load_prompt
 from ..corpus.rendering import REFERENCE_NOTE, compact_payload
 from ..retrieval.validation import validate_collection_name, validate_query, validate_top_k
 
-__all__ = ["HydeSearchToolset", "TutorDeps", "compact_result", "context_search", "hyde_capability", "run_search", "search_for_context",
-           "search_with_deps", "tool_failure_message", "tool_request", "tutor_instructions"]
+__all__ = ["HydeSearchToolset", "TutorDeps", "compact_result", "context_search", "hyde_capability", "run_search",
+           "search_for_context", "search_with_deps", "tool_failure_message", "tool_request", "tutor_instructions"]
 
 _log = logging.getLogger("hyde_tutor")
 MAX_TOOL_TOP_K = 10
