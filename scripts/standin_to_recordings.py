@@ -6,6 +6,12 @@ domain, the honest model label, the prompt refs and the hash of the rendered req
 
     python scripts/standin_to_recordings.py --domain grammar --out data/recordings/grammar_eval.jsonl A.jsonl B.jsonl
 
+Follow-up answers (``--followups``: the writer got the rendered requests of ``scripts/render_requests.py`` and saved
+{"id" or "key", "perspective", "text"}; ``--queries`` has the conversations, ``--requests`` maps keys to ids; ``--followup-version`` the template it answered):
+
+    python scripts/standin_to_recordings.py --domain grammar --followups --followup-version 2 \
+        --queries data/eval/followups/queries.jsonl --out data/recordings/followups.v2.jsonl answers.jsonl
+
 One-call answers (``--one-call``: the writer got the rendered one-call request per line and saved
 {"id", "n", "text"}; ``--queries`` maps ids back to the question text) become ``hypotheses`` records
 whose perspective names the first N perspectives (``rule+example``):
@@ -40,6 +46,10 @@ def main() -> None:
     ap.add_argument("--condense", action="store_true",
                     help="answers to the condense request: {id, text}; --queries has the follow-ups and history")
     ap.add_argument("--queries", type=Path, help="with --one-call: the BEIR queries.jsonl the ids come from")
+    ap.add_argument("--requests", type=Path,
+                    help="with --followups: the request file of scripts/render_requests.py, for answers named by key")
+    ap.add_argument("--followup-version", type=int, default=None,
+                    help="with --followups: the follow-up request template version the writer answered (default: newest)")
     ap.add_argument("answers", nargs="+", type=Path)
     args = ap.parse_args()
     profile = DOMAINS[args.domain]
@@ -60,12 +70,12 @@ def main() -> None:
     print(f"{args.out}: {added} records added")
 
 
-def single(args: argparse.Namespace, profile: object) -> Iterator[Recording]:
-    """One hypothesis per answer: {id, query, perspective, text}."""
+def single(args: argparse.Namespace, profile: object, rows: list[dict] | None = None) -> Iterator[Recording]:
+    """One hypothesis per answer: {id, query, perspective, text} (``rows``, else read from ``args.answers``)."""
     system, request, persp = (load_prompt(profile.prompt), load_prompt(profile.request),  # type: ignore[attr-defined]
                               load_prompt(profile.perspectives))  # type: ignore[attr-defined]
     instructions = {p.name: p.instruction for p in parse_perspectives(persp.text)}
-    for row in _rows(args.answers):
+    for row in rows if rows is not None else _rows(args.answers):
         query = row["query"].strip()
         user = render_hypothesis_request(request, query, instructions[row["perspective"]])
         yield Recording(kind="hypothesis", domain=args.domain, query=query, perspective=row["perspective"],
@@ -86,13 +96,17 @@ def followups(args: argparse.Namespace, profile: object) -> Iterator[Recording]:
     from hyde_tutor.hyde.conversation import render_conversation
     from hyde_tutor.hyde.requests import render_followup_request
 
-    system, request, persp = (load_prompt(profile.prompt),  # type: ignore[attr-defined]
-                              load_prompt(profile.followup_request, profile.followup_request_version),
-                              load_prompt(profile.perspectives))  # type: ignore[attr-defined]
+    system, persp = load_prompt(profile.prompt), load_prompt(profile.perspectives)  # type: ignore[attr-defined]
+    request = load_prompt(profile.followup_request, version=args.followup_version)  # type: ignore[attr-defined]
     instructions = {p.name: p.instruction for p in parse_perspectives(persp.text)}
     queries = {q.id: q for q in load_beir(args.queries.parent).queries}
+    ids = {r["key"]: r["id"] for r in _rows([args.requests])} if args.requests else {}
     for row in _rows(args.answers):
-        q = queries[row["id"]]
+        q = queries[row["id"] if "id" in row else ids[row["key"]]]
+        if not q.history:  # a message with no conversation before it gets the plain request
+            yield from single(argparse.Namespace(domain=args.domain, answers=None), profile,
+                              [{"query": q.text, "perspective": row["perspective"], "text": row["text"]}])
+            continue
         conversation = render_conversation(q.history)
         user = render_followup_request(request, conversation, q.text.strip(), instructions[row["perspective"]])
         yield Recording(kind="hypothesis", domain=args.domain, query=q.text.strip(), perspective=row["perspective"],

@@ -84,6 +84,7 @@ FOLLOWUPS = {
     "raw, last message alone": "hyde=0,history=0",
     "raw, previous question + last message (context)": "hyde=0",
     "N=1 hypothesis from the conversation + context": "default",
+    "N=1 hypothesis, v1 follow-up request + context": "followup_request_version=1",
     "agent hypothesis (tools path, conversation in the request)": "agent=replace,cascade_margin=0",
 }
 CHOICES = {"report": REPORT, "cascade": CASCADE, "sweep": SWEEP, "followups": FOLLOWUPS}
@@ -131,7 +132,7 @@ def parse_policy(spec: str) -> Policy:
             policy.overrides["agent_hypothesis"] = value
         elif key in ("fusion", "legs", "generation"):
             policy.overrides[key] = value
-        elif key in ("rrf_k", "n_hypotheses", "hypothesis_length", "min_agreement"):
+        elif key in ("rrf_k", "n_hypotheses", "hypothesis_length", "min_agreement", "followup_request_version"):
             policy.overrides[key] = int(value)
         else:
             policy.overrides[key] = float(value)

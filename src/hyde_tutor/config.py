@@ -258,6 +258,10 @@ class HydeSettings(BaseModel):
     threshold_step: float = Field(0.1, gt=0, le=1, description="Step down by this much until enough results.")
     threshold_floor: float = Field(0.0, ge=0, le=1, description="Never go below this relative threshold.")
     threshold_min_results: int = Field(3, ge=1, description="Step the threshold down until this many results pass.")
+    followup_request_version: int | None = Field(
+        None, ge=1, description="Version of the follow-up request template (prompts/hypothesis_followup_request.v<N>"
+        ".md); unset = the newest. 1 = the template the older follow-up recordings answered.",
+    )
 
 
 class QuestionSettings(BaseModel):

@@ -29,10 +29,6 @@ class DomainProfile:
     """User message template asking ONE call for N hypotheses (``{query}``, ``{n}``, ``{perspectives}``)."""
     followup_request: str = "hypothesis_followup_request"
     """User message template for a follow-up question (``{conversation}``, ``{query}``, ``{perspective}``)."""
-    followup_request_version: int | None = 1
-    """Its version in use (None: the newest file). Pinned at 1: ``hypothesis_followup_request.v2`` (it says how to
-    tell a new question from a follow-up) waits for capable-model recordings made under the protocol
-    (``scripts/followup_requests.py`` writes its rendered requests)."""
     min_hangul_chars: int
     """Drop a hypothesis with fewer Hangul characters (``HYDE_HYDE__MIN_HANGUL_CHARS`` overrides)."""
 

@@ -35,8 +35,8 @@ from ..llm.prompts import load_prompt
 from ..corpus.rendering import REFERENCE_NOTE, compact_payload
 from ..retrieval.validation import validate_collection_name, validate_query, validate_top_k
 
-__all__ = ["HydeSearchToolset", "TutorDeps", "compact_result", "hyde_capability", "run_search", "search_for_context",
-           "search_with_deps", "tool_failure_message", "tool_request", "tutor_instructions"]
+__all__ = ["HydeSearchToolset", "TutorDeps", "compact_result", "context_search", "hyde_capability", "run_search",
+           "search_for_context", "search_with_deps", "tool_failure_message", "tool_request", "tutor_instructions"]
 
 _log = logging.getLogger("hyde_tutor")
 MAX_TOOL_TOP_K = 10
@@ -142,14 +142,21 @@ async def _search(deps: TutorDeps, tool: str, request: SearchRequest) -> tuple[d
 async def search_for_context(deps: TutorDeps, tool: str, request: SearchRequest) -> list[dict[str, Any]]:
     """A search run on the model's behalf (retrieval-first): the tools' decision, records and results,
     with no error raised: a bad query or an unavailable store gives an empty list."""
+    return (await context_search(deps, tool, request))[0]
+
+
+async def context_search(deps: TutorDeps, tool: str, request: SearchRequest) -> tuple[list[dict[str, Any]],
+                                                                                       HydeResult | None]:
+    """:func:`search_for_context` with the pipeline's result beside the entries (None when the search failed):
+    its hypotheses, its cost."""
     try:
-        compact, _ = await _search(deps, tool, request)
+        compact, result = await _search(deps, tool, request)
     except ModelRetry:
-        return []
+        return [], None
     except ToolFailed as exc:
         deps.unavailable.append(str(exc))
-        return []
-    return list(compact.get("results", []))
+        return [], None
+    return list(compact.get("results", [])), result
 
 
 def _fill(record: RetrievalRecord, result: HydeResult) -> None:

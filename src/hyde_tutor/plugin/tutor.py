@@ -23,7 +23,7 @@ from pydantic_ai.capabilities import AbstractCapability
 
 from ..llm.prompts import load_prompt
 from ..corpus.rendering import format_entries, reference_block
-from .toolset import HydeSearchToolset, TutorDeps, search_for_context, tool_request, tutor_instructions
+from .toolset import HydeSearchToolset, TutorDeps, context_search, tool_request, tutor_instructions
 
 __all__ = ["HydeTutor", "RetrieveFirst", "TutorMode", "format_entries", "retrieve_step", "tutor_answer_instructions"]
 
@@ -43,6 +43,9 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
     docs_top_k: int = 2
     max_chars: int = 1800
     """Cap on the entries' text: a small local model reads a long prompt slowly."""
+    share_hypothesis: bool = False
+    """The first search's generated hypothesis is searched in the second collection too (as a ready hypothesis:
+    no second LLM call), so a turn costs one call instead of one per collection."""
 
     def get_instructions(self) -> Any:
         return self._found_entries
@@ -56,10 +59,15 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
                      history: tuple[tuple[str, str], ...] = ()) -> list[dict[str, Any]]:
         """The searches this step runs for ``question`` (a follow-up with the conversation in view)."""
         found: list[dict[str, Any]] = []
+        shared: str | None = None
         for tool, collection, k in (("grammar_search", self.grammar_collection, self.grammar_top_k),
                                     ("docs_search", self.docs_collection, self.docs_top_k)):
             if collection and question:
-                found += await search_for_context(deps, tool, tool_request(tool, collection, question, k, history=history))
+                request = tool_request(tool, collection, question, k, history=history, hypothesis=shared)
+                entries, result = await context_search(deps, tool, request)
+                found += entries
+                if self.share_hypothesis and shared is None and result is not None:
+                    shared = next((h.text for h in result.hypotheses if h.source == "llm"), None)
         return found
 
     async def _found_entries(self, ctx: RunContext[TutorDeps]) -> str:
