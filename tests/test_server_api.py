@@ -217,3 +217,17 @@ async def test_a_served_tutor_finds_the_previous_turn_in_any_event_log(tmp_path:
     await second.finish(None, "ConnectionError: down")
     # the failed first turn is not in the stored conversation, so its rephrase is left undecided, never guessed
     assert [t.rephrase for t in log.turns()] == [None, None] and all(t.failed for t in log.turns())
+
+
+def test_a_capable_model_gets_the_relevance_judge_and_the_embedded_one_does_not(tmp_path: Path) -> None:
+    from hyde_tutor.config import Settings
+    from hyde_tutor.llm.backends import make_llm
+    from hyde_tutor.plugin.judge import RelevanceJudge
+    from hyde_tutor.server.build import default_judge
+
+    capable = make_llm(Settings(data_dir=tmp_path, llm={"base_url": "http://127.0.0.1:9/v1", "model": "m"}))
+    assert isinstance(default_judge(capable, Settings(data_dir=tmp_path)), RelevanceJudge)
+    assert default_judge(capable, Settings(data_dir=tmp_path, judge={"share": 0})) is None
+    assert default_judge(None, Settings(data_dir=tmp_path)) is None
+    replay = make_llm(Settings(data_dir=tmp_path, llm={"provider": "replay"}))
+    assert default_judge(replay, Settings(data_dir=tmp_path)) is None

@@ -4,6 +4,8 @@ a 👍 that reaches the report, and a corpus entry holding ``<script>`` shown as
 
 from __future__ import annotations
 
+import json
+
 import shutil
 import socket
 import threading
@@ -117,7 +119,18 @@ def test_the_page_streams_a_reply_with_cards_and_a_thumbs_up_reaches_the_report(
     (turn,) = parts.tutor.log.turns("web")
     assert (turn.rating, turn.rating_reason) == (1, "понятно") and turn.turn_id == message.get_attribute("data-turn-id")
     report = httpx.get(f"{url}/api/operator/report", params={"experiment": "web"}, headers=auth).json()
-    assert f"{turn.arm} +1" in report["ratings"] or "rating" in str(report)
+    (period,) = report["periods"]
+    thumbs = period["by_assigned_arm"]["arms"][turn.arm]["thumbs_up"]
+    assert (thumbs["value"], thumbs["n"], report["turns"]) == (1.0, 1, 1)  # the one turn's 👍, in its arm
+    from typer.testing import CliRunner
+
+    from hyde_tutor.cli import app
+    from hyde_tutor.plugin.sqlstore import database_url
+
+    out = CliRunner().invoke(app, ["ab-report", "--db", database_url(parts.settings), "--experiment", "web", "--json"])
+    assert out.exit_code == 0, out.output
+    cli_arm = json.loads(out.output)["periods"][0]["by_assigned_arm"]["arms"][turn.arm]
+    assert (cli_arm["thumbs_up"]["value"], cli_arm["thumbs_up"]["n"]) == (1.0, 1)  # the same rating, from `ab-report`
 
 
 def _ask_done(driver):  # type: ignore[no-untyped-def]

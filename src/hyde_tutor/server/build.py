@@ -11,7 +11,7 @@ from ..config import Settings
 from .app import ServerParts, create_app
 from .learners import LearnerIdentity, server_secret
 
-__all__ = ("app_from_environment", "app_from_settings", "outcome_report")
+__all__ = ("app_from_environment", "app_from_settings", "default_judge", "outcome_report")
 
 
 def outcome_report(log: Any, experiment: str | None) -> dict[str, Any]:
@@ -32,7 +32,9 @@ def app_from_settings(settings: Settings | None = None, *, judge: Any = None, ag
 
     Args:
         settings: the settings (None: environment and ``.env``).
-        judge: optional relevance judge (``async maybe_judge(turn, question, entries) -> dict | None``).
+        judge: a relevance judge (``async maybe_judge(turn, question, entries) -> dict | None``); None: a
+            :class:`~hyde_tutor.plugin.judge.RelevanceJudge` on the configured model when it is a capable one
+            (OpenAI or a compatible server) and ``HYDE_JUDGE__SHARE`` > 0; the embedded and replay models judge nothing.
         agent: a ready tutor agent in tools mode (a drill's stub model); None builds the configured one.
     """
     from ..hyde import HydeRetriever
@@ -50,6 +52,7 @@ def app_from_settings(settings: Settings | None = None, *, judge: Any = None, ag
     retriever = HydeRetriever.from_settings(settings)
     mode = default_chat_mode(llm) if llm is not None else "tools"
     agent = agent if agent is not None else build_tutor_agent(llm, mode=mode)
+    judge = judge if judge is not None else default_judge(llm, settings)
     tutor = ServedTutor(agent, retriever, SqlEventLog(database), experiment_from_settings(settings), judge=judge,
                         retrieve_first=mode == "retrieve-first")
     secret = settings.server.secret.get_secret_value() if settings.server.secret else None
@@ -58,6 +61,17 @@ def app_from_settings(settings: Settings | None = None, *, judge: Any = None, ag
     parts = ServerParts(tutor, SqlConversationStore(database), settings, identity, report=outcome_report,
                         closers=[retriever.close, database.close, *([llm.close] if llm is not None else [])])
     return create_app(parts)
+
+
+def default_judge(llm: Any, settings: Settings) -> Any:
+    """The relevance judge a served tutor gets: one on its LLM when that is a capable model (OpenAI or a compatible
+    server) and ``HYDE_JUDGE__SHARE`` > 0; none on the embedded model (no judge, and its one request at a time
+    would queue learners behind it), on ``replay`` or with no LLM."""
+    if llm is None or llm.kind in ("local", "replay") or settings.judge.share <= 0:
+        return None
+    from ..plugin.judge import RelevanceJudge
+
+    return RelevanceJudge.for_backend(llm, settings)
 
 
 def _turn_logs() -> None:
