@@ -123,6 +123,19 @@ def shape_hypothesis(text: str, profile: DomainProfile, hyde: HydeSettings, prom
 
 # -- generator ------------------------------------------------------------------------------------
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HypothesisPrompts:
+    """Prompts that replace a domain's own files in one :class:`HypothesisGenerator` (the notebook's prompt
+    variants); None keeps the domain's."""
+
+    system: Prompt | None = None
+    """The system prompt (the domain's ``hypothesis_*`` file)."""
+    request: Prompt | None = None
+    """The request template the query is written into."""
+    perspectives: list[Perspective] | None = None
+    """The perspectives, in order (the domain's ``perspectives*`` file, parsed)."""
+
+
 class HypothesisGenerator(PromptedGenerator):
     """Writes N hypotheses for a query concurrently, one per perspective, through one pydantic-ai model request each (:class:`~hyde_tutor.llm.TextCall`)."""
 
@@ -132,9 +145,7 @@ class HypothesisGenerator(PromptedGenerator):
         model_name: str,
         domain: Domain,
         *,
-        prompt: Prompt | None = None,
-        request: Prompt | None = None,
-        perspectives: list[Perspective] | None = None,
+        prompts: HypothesisPrompts | None = None,
         cache: HypothesisCache | None = None,
         hyde: HydeSettings | None = None,
         llm: LLMSettings | None = None,
@@ -145,13 +156,14 @@ class HypothesisGenerator(PromptedGenerator):
         self.domain = domain
         self.profile = DOMAINS[domain]
         llm = llm or LLMSettings()
+        prompts = prompts or HypothesisPrompts()
         # ``options``: how the backend is called (CallOptions): a single-slot backend (the embedded llama.cpp
         # server) has ONE gate for every caller, waited at outside the timeout, streaming and offline counting
-        super().__init__(model, model_name, prompt or load_prompt(self.profile.prompt),
-                         request or load_prompt(self.profile.request), llm=llm, max_tokens=llm.max_tokens,
+        super().__init__(model, model_name, prompts.system or load_prompt(self.profile.prompt),
+                         prompts.request or load_prompt(self.profile.request), llm=llm, max_tokens=llm.max_tokens,
                          options=options)
         self.perspectives_prompt = load_prompt(self.profile.perspectives)
-        self.perspectives = perspectives or parse_perspectives(self.perspectives_prompt.text)
+        self.perspectives = prompts.perspectives or parse_perspectives(self.perspectives_prompt.text)
         self.cache = cache or MemoryCache()
         self.hyde = hyde or HydeSettings()
         self.min_hangul_chars = min_hangul(self.profile, self.hyde)
