@@ -79,13 +79,13 @@ def test_the_rendered_requests_are_what_the_pipeline_sends() -> None:
 
 
 async def test_retrieve_first_can_search_both_collections_with_one_hypothesis(retriever, hash_embedder, bm25) -> None:
-    from hyde_tutor.corpus.ingest import ingest_documents
+    from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
     from hyde_tutor.plugin.toolset import TutorDeps
     from hyde_tutor.plugin.tutor import RetrieveFirst
 
     from .test_store import DOCS
 
-    ingest_documents(DOCS, "docs", retriever.store, hash_embedder, bm25, progress=False)
+    ingest_documents(DOCS, IngestRequest(collection="docs", progress=False), retriever.store, hash_embedder, bm25)
     calls: list[str] = []
 
     def fn(messages, info: AgentInfo) -> ModelResponse:

@@ -14,7 +14,7 @@ import pytest
 from hyde_tutor import EdgeStore, Retriever
 from hyde_tutor.config import HydeSettings
 from hyde_tutor.corpus.documents import iter_jsonl_documents
-from hyde_tutor.corpus.ingest import ingest_documents
+from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.hyde.conversation import conversation_queries, looks_like_followup
 
@@ -50,7 +50,7 @@ def grammar(tmp_path_factory: pytest.TempPathFactory, use_embedder, bm25) -> Ite
     """The bundled grammar corpus in an edge store, real USE + BM25, HyDE off."""
     store = EdgeStore(tmp_path_factory.mktemp("conv-grammar") / "edge")
     docs = [p.document for p in iter_jsonl_documents(DATA / "grammar.jsonl") if p.document is not None]
-    ingest_documents(docs, "grammar", store, use_embedder, bm25, progress=False)
+    ingest_documents(docs, IngestRequest(collection="grammar", progress=False), store, use_embedder, bm25)
     hr = HydeRetriever(Retriever(store, use_embedder, bm25), lambda d: None,  # type: ignore[arg-type,return-value]
                        HydeSettings(enabled=False))
     yield hr

@@ -133,10 +133,10 @@ def test_the_chaos_drill_stop_and_kill_under_concurrent_searches(isolated_env: P
     """The child stopped, then its replacement killed, under 8 concurrent searches: none waits past the bound
     (2 s here), none hangs or crashes, every search after the recovery succeeds, close() returns."""
     from hyde_tutor.config import Settings
-    from hyde_tutor.evaluation.chaos import chaos_drill
+    from hyde_tutor.evaluation.chaos import ChaosPlan, chaos_drill
 
     settings = Settings(dense={"embed_timeout_s": 2.0})  # type: ignore[arg-type]
-    report = chaos_drill(settings, concurrency=8, duration_s=10.0, stop_at_s=1.0, kill_after_s=1.0, cap_s=10.0,
+    report = chaos_drill(settings, ChaosPlan(concurrency=8, duration_s=10.0, stop_at_s=1.0, kill_after_s=1.0, cap_s=10.0),
                          data=DATA)
     print(f"chaos drill: {report.to_json()}")
     assert report.hung == 0 and report.crashed == 0, report

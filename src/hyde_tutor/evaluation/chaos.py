@@ -26,7 +26,19 @@ from typing import Any
 from ..config import Settings
 from ..errors import HydeTutorError
 
-__all__ = ["ChaosReport", "chaos_drill", "run_chaos"]
+__all__ = ["ChaosPlan", "ChaosReport", "chaos_drill", "run_chaos"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChaosPlan:
+    """How the drill runs: searching tasks, how long, when the child is stopped, when its replacement is killed,
+    and the observer's cap (a search still waiting then counts as hung)."""
+
+    concurrency: int = 20
+    duration_s: float = 15.0
+    stop_at_s: float = 2.0
+    kill_after_s: float = 2.0
+    cap_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,13 +69,14 @@ class ChaosReport:
                           ensure_ascii=False)
 
 
-async def run_chaos(hr: Any, collection: str, queries: list[str], *, concurrency: int = 20, duration_s: float = 15.0,
-                    stop_at_s: float = 2.0, kill_after_s: float = 2.0, cap_s: float = 30.0,
+async def run_chaos(hr: Any, collection: str, queries: list[str], plan: ChaosPlan = ChaosPlan(), *,
                     bound_s: float = 10.0) -> tuple[list[tuple[float, float, str]], list[str], float]:
-    """Searches from ``concurrency`` tasks while the child is stopped, then its replacement killed.
+    """Searches from ``plan.concurrency`` tasks while the child is stopped, then its replacement killed.
 
     Returns each search's (start, wait, outcome), the events, and when the last event happened (seconds
     from the start)."""
+    concurrency, duration_s, stop_at_s, kill_after_s, cap_s = (
+        plan.concurrency, plan.duration_s, plan.stop_at_s, plan.kill_after_s, plan.cap_s)
     inner = getattr(hr.retriever.dense, "inner", hr.retriever.dense)
     outcomes: list[tuple[float, float, str]] = []
     events: list[str] = []
@@ -120,8 +133,7 @@ def _timed_close(hr: Any, limit_s: float = 10.0) -> float | None:
     return None if closer.is_alive() else time.monotonic() - started
 
 
-def chaos_drill(settings: Settings, *, concurrency: int = 20, duration_s: float = 15.0, stop_at_s: float = 2.0,
-                kill_after_s: float = 2.0, cap_s: float = 30.0, data: Path = Path("data")) -> ChaosReport:
+def chaos_drill(settings: Settings, plan: ChaosPlan = ChaosPlan(), *, data: Path = Path("data")) -> ChaosReport:
     """Ingest the bundled grammar with the configured embedder (it must run in a child process) in a temporary
     folder, then :func:`run_chaos`."""
     from ..corpus.ingest import IngestRequest, ingest_documents, read_documents
@@ -137,14 +149,13 @@ def chaos_drill(settings: Settings, *, concurrency: int = 20, duration_s: float 
             retriever.close()
             raise HydeTutorError("The chaos drill needs the embedder in a child process (HYDE_DENSE__PROCESS=true).")
         docs, _ = read_documents(data / "grammar.jsonl")
-        ingest_documents(docs, IngestRequest(collection="grammar", recreate=True, progress=False), retriever.store, retriever.dense, retriever.sparse)
+        ingest_documents(docs, IngestRequest(collection="grammar", recreate=True, progress=False), retriever.store,
+                         retriever.dense, retriever.sparse)
         queries = [json.loads(line)["text"] for line in
                    (data / "eval" / "grammar" / "queries.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
         hr = HydeRetriever(retriever, lambda d: None)  # type: ignore[arg-type, return-value]
         hr.warm_up(["grammar"], freeze_gc=False)
-        outcomes, events, recovered_at = asyncio.run(run_chaos(
-            hr, "grammar", queries, concurrency=concurrency, duration_s=duration_s, stop_at_s=stop_at_s,
-            kill_after_s=kill_after_s, cap_s=cap_s, bound_s=bound_s))
+        outcomes, events, recovered_at = asyncio.run(run_chaos(hr, "grammar", queries, plan, bound_s=bound_s))
         starts, last_start_s = getattr(inner, "starts", None), getattr(inner, "last_start_s", None)
         close_s = _timed_close(hr)
         for line in events:  # a child the code under test left stopped: let it go
