@@ -262,3 +262,24 @@ def test_treatment_received_follows_the_retrievals_and_unassigned_learners_stay_
     assert received == {"hyde": 2, "raw": 2, "no search": 1}
     assert period["srm"]["observed"] == {"hyde": 2, "raw": 2}  # the unassigned learner is not in the split
     assert set(period["by_assigned_arm"]["arms"]) == {"hyde", "raw", "unassigned"}
+
+
+def test_ab_report_reads_the_served_database_without_flags_when_there_is_one(tmp_path: Path, monkeypatch) -> None:
+    from hyde_tutor.plugin.events import ExperimentEvent, RatingEvent, TurnRecord
+    from hyde_tutor.plugin.sqlstore import open_event_log
+
+    monkeypatch.setenv("HYDE_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("HYDE_SERVER__DATABASE_URL", raising=False)
+    nothing = CliRunner().invoke(app, ["ab-report", "--json"])  # no served database, no metrics: says so
+    assert nothing.exit_code != 0 and "No metrics file" in nothing.output
+    from hyde_tutor.config import Settings
+
+    log = open_event_log(Settings())
+    log.add_experiment_event(ExperimentEvent(change="start", experiment="e", hyde_share=0.5, enabled=True))
+    log.add_turn(TurnRecord(turn_id="t1", subject="s1", conversation_id="c", experiment="e", arm="hyde"))
+    assert log.add_rating(RatingEvent(turn_id="t1", subject="s1", rating=1))
+    log.close()
+    out = CliRunner().invoke(app, ["ab-report", "--json"])
+    assert out.exit_code == 0, out.output
+    arm = json.loads(out.output)["periods"][0]["by_assigned_arm"]["arms"]["hyde"]
+    assert (arm["thumbs_up"]["value"], arm["thumbs_up"]["n"]) == (1.0, 1)

@@ -223,6 +223,15 @@ def _bench_pipeline(settings: Settings, docs: list[Any], latency_ms: float, n_qu
     typer.echo(json.dumps({k: round(v, 3) for k, v in out.items()}))
 
 
+def _served_database(settings: Settings) -> str | None:
+    """The served tutor's database URL when one is configured or its SQLite file exists."""
+    if settings.server.database_url:
+        return settings.server.database_url
+    from ..plugin.sqlstore import DB_FILE, database_url
+
+    return database_url(settings) if (settings.data_dir / DB_FILE).is_file() else None
+
+
 @app.command("ab-report")
 def ab_report(
     file: Annotated[Path | None, typer.Option(help="Metrics JSONL (default: HYDE_DATA_DIR/metrics.jsonl).")] = None,
@@ -236,7 +245,11 @@ def ab_report(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Does HyDE help the learners? With --db: outcomes per arm and period, with clustered 95% intervals, an SRM
-    check and power. Without: the retrieval view of the metrics JSONL (latency, fallbacks, HyDE cost per arm)."""
+    check and power. Without --db and --file: the served tutor's database when there is one
+    (HYDE_SERVER__DATABASE_URL, or HYDE_DATA_DIR/served.db), else the retrieval view of the metrics JSONL
+    (latency, fallbacks, HyDE cost per arm), which --file always gives."""
+    if db is None and file is None and plot is None:
+        db = _served_database(Settings())  # a served tutor's database, where there is one: the outcome report
     if db is not None:
         if file is not None or plot is not None:
             fail("--db reads the served tutor's event log; --file and --plot are for the metrics JSONL. Pass one.")
