@@ -38,8 +38,8 @@ for t in server 0; do
 done
 
 echo "== levers (10 questions each, temperature 0): fewer entry characters, a shorter answer, no prompt cache"
-$PY scripts/tutor_turns.py --questions 10 --followups 0 --json "$OUT/lever.base.json" | tail -1
-$PY scripts/tutor_turns.py --questions 10 --followups 0 --entries-chars 900 --json "$OUT/lever.entries900.json" | tail -1
+$PY scripts/tutor_turns.py --questions 10 --followups 0 --json "$OUT/lever.base.json" | tail -1   # entries 900 (the default)
+$PY scripts/tutor_turns.py --questions 10 --followups 0 --entries-chars 1800 --json "$OUT/lever.entries1800.json" | tail -1
 $PY scripts/tutor_turns.py --questions 10 --followups 0 --short-answer --json "$OUT/lever.short.json" | tail -1
 $PY scripts/tutor_turns.py --questions 10 --followups 0 --defeat-cache --json "$OUT/lever.nocache.json" | tail -1
 echo "done; uptime: $(uptime)"

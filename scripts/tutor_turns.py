@@ -42,7 +42,7 @@ from hyde_tutor.plugin.context_fit import FitContext
 from hyde_tutor.plugin.grounding import GroundedAnswer, headline_entry, with_answer_cap
 from hyde_tutor.plugin.monitor import Monitor
 from hyde_tutor.plugin.toolset import TutorDeps
-from hyde_tutor.plugin.tutor import HydeTutor
+from hyde_tutor.plugin.tutor import GROUNDED_ENTRY_CHARS, HydeTutor
 
 EVAL = Path(__file__).resolve().parent.parent / "data" / "eval"
 
@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--temperature", default="0", help="a number, or 'server' (the server's default)")
     ap.add_argument("--questions", type=int, default=40)
     ap.add_argument("--followups", type=int, default=20)
-    ap.add_argument("--entries-chars", type=int, default=None)
+    ap.add_argument("--entries-chars", type=int, default=None, help=f"default: {GROUNDED_ENTRY_CHARS} (the tutor's)")
     ap.add_argument("--short-answer", action="store_true")
     ap.add_argument("--defeat-cache", action="store_true")
     ap.add_argument("--json", type=Path)
@@ -133,7 +133,7 @@ def main() -> None:
 
 
 def summarise(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {"temperature": args.temperature, "entries_chars": args.entries_chars or 1800,
+    out: dict[str, Any] = {"temperature": args.temperature, "entries_chars": args.entries_chars or GROUNDED_ENTRY_CHARS,
                            "short_answer": args.short_answer, "defeat_cache": args.defeat_cache}
     for kind in ("question", "followup", "all"):
         sel = [r for r in rows if kind == "all" or r["kind"] == kind]

@@ -146,3 +146,10 @@ def test_a_structured_answer_gets_a_cap_its_longest_fields_fit() -> None:
     agent = build_tutor_agent(local, mode="auto")
     assert agent.model_settings["extra_body"]["max_tokens"] == ANSWER_MAX_TOKENS == 320  # the hypotheses keep 200
     assert local.extra_settings["extra_body"]["max_tokens"] == 200
+
+
+def test_the_structured_tutor_shows_the_model_a_shorter_entry_text(retriever) -> None:
+    from hyde_tutor.plugin.tutor import GROUNDED_ENTRY_CHARS, HydeTutor
+
+    assert HydeTutor(mode="retrieve-first", grounded=True)._retrieve.max_chars == GROUNDED_ENTRY_CHARS == 900
+    assert HydeTutor(mode="retrieve-first")._retrieve.max_chars == 1800  # a capable model keeps the longer text

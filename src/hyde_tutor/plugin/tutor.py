@@ -27,6 +27,10 @@ from .toolset import HydeSearchToolset, TutorDeps, context_search, tool_request,
 
 __all__ = ["HydeTutor", "RetrieveFirst", "TutorMode", "format_entries", "retrieve_step", "tutor_answer_instructions"]
 
+GROUNDED_ENTRY_CHARS = 900
+"""The found entries' text in a structured answer's prompt (the embedded model): 900 characters (about 480 prompt
+tokens in all, against 850 at 1,800) took a turn from 10.0 to 7.5 s (median, 10 questions, 2 cores) with the
+headline as often relevant (docs/MEASUREMENTS.md, "Offline tutor turn")."""
 TutorMode = Literal["tools", "retrieve-first"]
 TUTOR_MODES: tuple[str, ...] = ("tools", "retrieve-first")
 
@@ -138,7 +142,8 @@ class HydeTutor(AbstractCapability[TutorDeps]):
     def __post_init__(self) -> None:
         if self.mode not in TUTOR_MODES:
             raise ValueError(f"HydeTutor mode must be one of {', '.join(TUTOR_MODES)}, not {self.mode!r}")
-        self._retrieve = RetrieveFirst(grammar_collection=self.grammar_collection, docs_collection=self.docs_collection)
+        self._retrieve = RetrieveFirst(grammar_collection=self.grammar_collection, docs_collection=self.docs_collection,
+                                       max_chars=GROUNDED_ENTRY_CHARS if self.grounded else RetrieveFirst.max_chars)
 
     @property
     def retrieval(self) -> RetrieveFirst:
