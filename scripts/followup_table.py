@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from hyde_tutor.corpus.ingest import ingest_file
+from hyde_tutor.corpus.ingest import IngestRequest, ingest_file
 from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.evaluation.metrics import recall_at_k
 
@@ -84,7 +84,7 @@ def main() -> None:
     runner = Runner(args.recordings)
     r = runner.retriever
     if "grammar" not in r.store.list_collections():
-        ingest_file(Path("data/eval/grammar/corpus.jsonl"), "grammar", r.store, r.dense, r.sparse, progress=False)
+        ingest_file(Path("data/eval/grammar/corpus.jsonl"), IngestRequest(collection="grammar", progress=False), r.store, r.dense, r.sparse)
     figures: dict[str, Any] = {}
     print("| set | kind | n | policy | calls / search | not served | recall@1 | hit@1 | recall@5 | top-1 = turn-1 entry |")
     print("|---|---|---|---|---|---|---|---|---|---|")

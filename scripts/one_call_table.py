@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from hyde_tutor.corpus.ingest import ingest_file
+from hyde_tutor.corpus.ingest import IngestRequest, ingest_file
 from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.evaluation.metrics import ndcg_at_k, recall_at_k
 
@@ -84,8 +84,7 @@ def main() -> None:
     for collection in dict.fromkeys(s[2] for s in sets):
         if collection not in listed:
             r = runner.retriever
-            ingest_file(Path("data/eval") / collection / "corpus.jsonl", collection, r.store, r.dense, r.sparse,
-                        progress=False)
+            ingest_file(Path("data/eval") / collection / "corpus.jsonl", IngestRequest(collection=collection, progress=False), r.store, r.dense, r.sparse)
     figures: dict[str, Any] = {}
     for label, spec in policies.items():
         share = "share=1" in spec.split(",")  # retrieve-first: one hypothesis for both searches

@@ -20,7 +20,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic_ai import Agent, NativeOutput
@@ -32,6 +31,7 @@ from ..corpus.rendering import entry_label, format_entries
 from .tutor import TUTOR_MODES, HydeTutor, TutorMode
 from ..errors import HydeTutorError
 from .context_fit import FitContext
+from .turn import Turn
 from .grounding import GroundedAnswer, HeadlineRule, ground_reply, headline_entry, render_answer, with_answer_cap
 from .toolset import TutorDeps, compact_result
 
@@ -88,35 +88,6 @@ def build_tutor_agent(
                      model_settings=settings or None, retries=2)  # type: ignore[arg-type]
     return Agent(model, deps_type=TutorDeps, capabilities=[HydeTutor(mode=chosen), fit],  # type: ignore[arg-type]
                  model_settings=settings or None, retries=2)  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Turn:
-    """One answered chat turn."""
-
-    text: str
-    """What the learner sees: the model's answer, or the found entries and one line about the failure."""
-    model_error: str | None = None
-    """Why the model did not answer (``None`` when it did)."""
-    tool_calls: tuple[str, ...] = ()
-    """``name(args)`` of every tool call the model made."""
-    records: tuple[RetrievalRecord, ...] = ()
-    """The retrievals this turn made (arm, HyDE, fallback, timings)."""
-    seconds: float = 0.0
-    found: tuple[dict[str, Any], ...] = ()
-    """The entries the searches returned this turn (what the model was shown)."""
-    messages: tuple[ModelMessage, ...] = field(default=(), repr=False)
-    """The conversation so far, to pass as the next turn's history (unchanged when the model failed)."""
-    replaced: bool = False
-    """The model's reply named no found entry or held no Korean, and was replaced by the top entry."""
-    streamed: bool = False
-    """The reply's text went to ``on_text`` as it was generated (the caller has shown it already)."""
-    first_token_s: float | None = None
-    """Seconds from the question to the first streamed token of the reply."""
-    answer: GroundedAnswer | None = None
-    """The model's structured answer (a grounded agent), before :func:`render_answer` wrote ``text`` from it."""
-    prompt_tokens: int | None = None
-    """Tokens of the turn's last model request as sent (after :class:`~hyde_tutor.plugin.context_fit.FitContext`)."""
 
 
 def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
