@@ -54,7 +54,7 @@ def grammar(tmp_path_factory: pytest.TempPathFactory, use_embedder, bm25) -> Ite
     hr = HydeRetriever(Retriever(store, use_embedder, bm25), lambda d: None,  # type: ignore[arg-type,return-value]
                        HydeSettings(enabled=False))
     yield hr
-    hr.close()
+    store.close()  # not hr.close(): the USE embedder is the session's, other modules still use it
 
 
 def _ids(hr: HydeRetriever, text: str, history: tuple = ()) -> list[str]:
