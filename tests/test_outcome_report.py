@@ -283,3 +283,13 @@ def test_ab_report_reads_the_served_database_without_flags_when_there_is_one(tmp
     assert out.exit_code == 0, out.output
     arm = json.loads(out.output)["periods"][0]["by_assigned_arm"]["arms"]["hyde"]
     assert (arm["thumbs_up"]["value"], arm["thumbs_up"]["n"]) == (1.0, 1)
+
+
+def test_the_latency_line_keeps_a_long_arm_name_apart_from_its_figures() -> None:
+    """Was ``unassigned10491.0 / 10491.0``: a 10-character arm name ran into its first figure."""
+    log = MemoryEventLog()
+    log.add_turn(TurnRecord(turn_id="t1", subject="s1", conversation_id="c", experiment=None, arm="unassigned",
+                            seconds=10.4910))
+    text = format_outcome_report(outcome_report(log))
+    (line,) = [ln for ln in text.splitlines() if ln.strip().startswith("unassigned") and " / " in ln and "|" in ln]
+    assert line.split()[0] == "unassigned", line

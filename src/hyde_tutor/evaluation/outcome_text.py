@@ -78,7 +78,7 @@ def _cost_and_latency(view: dict[str, Any]) -> list[str]:
     lines.append("latency ms (p50 / p95): turn | first token | retrieval")
     for arm, row in arms.items():
         lat = row["latency_ms"]
-        lines.append(f"  {arm:<10}" + " | ".join("–" if lat[k]["p50"] is None else f"{lat[k]['p50']} / {lat[k]['p95']}"
+        lines.append(f"  {arm:<12} " + " | ".join("–" if lat[k]["p50"] is None else f"{lat[k]['p50']} / {lat[k]['p95']}"
                                                  for k in ("turn", "first_token", "retrieval")))
     return lines
 
