@@ -47,4 +47,15 @@ def test_retrievals_and_experiment_events_keep_their_order_and_turn() -> None:
     log.add_experiment_event(ExperimentEvent(change="start", experiment="x", hyde_share=0.5, enabled=True))
     log.add_experiment_event(ExperimentEvent(change="stop", experiment="x", hyde_share=0.5, enabled=False))
     assert [e.change for e in log.experiment_events("x")] == ["start", "stop"]
+    assert log.latest_experiment_event().change == "stop"
+
+
+def test_the_last_turn_is_the_learners_latest_in_that_conversation() -> None:
+    log = MemoryEventLog()
+    assert log.latest_experiment_event() is None and log.last_turn("s1", "c1") is None
+    log.add_turn(TurnRecord(turn_id="a", subject="s1", conversation_id="c1", experiment=None, arm="raw", timestamp=1.0))
+    log.add_turn(TurnRecord(turn_id="b", subject="s1", conversation_id="c1", experiment=None, arm="raw", timestamp=2.0))
+    log.add_turn(TurnRecord(turn_id="c", subject="s2", conversation_id="c1", experiment=None, arm="raw", timestamp=3.0))
+    assert log.last_turn("s1", "c1").turn_id == "b"
+    assert log.last_turn("s1", "other") is None
     assert log.experiment_events("other") == []

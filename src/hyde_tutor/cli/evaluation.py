@@ -225,11 +225,9 @@ def _bench_pipeline(settings: Settings, docs: list[Any], latency_ms: float, n_qu
 
 def _served_database(settings: Settings) -> str | None:
     """The served tutor's database URL when one is configured or its SQLite file exists."""
-    if settings.server.database_url:
-        return settings.server.database_url
     from ..plugin.sqlstore import DB_FILE, database_url
 
-    return database_url(settings) if (settings.data_dir / DB_FILE).is_file() else None
+    return database_url(settings) if settings.server.database_url or (settings.data_dir / DB_FILE).is_file() else None
 
 
 @app.command("ab-report")

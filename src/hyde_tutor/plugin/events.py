@@ -111,11 +111,17 @@ class EventLog(Protocol):
 
     def turns(self, experiment: str | None = None) -> list[TurnRecord]: ...
 
+    def last_turn(self, subject: str, conversation_id: str) -> TurnRecord | None:
+        """The subject's latest turn in a conversation (the one a rephrase would follow), or None."""
+
     def retrievals(self, turn_id: str | None = None) -> list[tuple[str | None, RetrievalRecord]]:
         """``(turn_id, record)`` pairs, oldest first (``turn_id`` given: that turn's only)."""
 
     def experiment_events(self, experiment: str | None = None) -> list[ExperimentEvent]:
         """Oldest first."""
+
+    def latest_experiment_event(self) -> ExperimentEvent | None:
+        """The experiment running now, as the operator last set it (None: never set; the settings decide)."""
 
 
 class MemoryEventLog:
@@ -168,6 +174,11 @@ class MemoryEventLog:
         with self._lock:
             return [t for t in self._turns.values() if experiment is None or t.experiment == experiment]
 
+    def last_turn(self, subject: str, conversation_id: str) -> TurnRecord | None:
+        with self._lock:
+            mine = [t for t in self._turns.values() if t.subject == subject and t.conversation_id == conversation_id]
+        return max(mine, key=lambda t: t.timestamp, default=None)
+
     def retrievals(self, turn_id: str | None = None) -> list[tuple[str | None, RetrievalRecord]]:
         with self._lock:
             return [(t, r) for t, r in self._retrievals if turn_id is None or t == turn_id]
@@ -175,3 +186,7 @@ class MemoryEventLog:
     def experiment_events(self, experiment: str | None = None) -> list[ExperimentEvent]:
         with self._lock:
             return [e for e in self._experiment if experiment is None or e.experiment == experiment]
+
+    def latest_experiment_event(self) -> ExperimentEvent | None:
+        with self._lock:
+            return self._experiment[-1] if self._experiment else None

@@ -28,18 +28,10 @@ def learner_tag(subject: str) -> str:
     return hashlib.sha256(subject.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
-def _latest(log: EventLog) -> ExperimentEvent | None:
-    latest = getattr(log, "latest_experiment_event", None)
-    if latest is not None:
-        return latest()
-    events = log.experiment_events()
-    return events[-1] if events else None
-
-
 def current_experiment(log: EventLog, default: Experiment | None) -> Experiment | None:
     """The experiment running now: the log's latest event applied to ``default`` (its arms and salt), else
     ``default``. A stopped experiment is returned disabled (its learners get the default treatment)."""
-    event = _latest(log)
+    event = log.latest_experiment_event()
     if event is None:
         return default
     base = default or Experiment()
@@ -80,7 +72,7 @@ def change_experiment(log: EventLog, action: Action, default: Experiment | None,
 def experiment_status(log: EventLog, default: Experiment | None) -> dict[str, Any]:
     """The experiment running now, where it was set, and how many turns and learners each arm has had."""
     now = current_experiment(log, default)
-    event = _latest(log)
+    event = log.latest_experiment_event()
     turns = log.turns(now.name) if now is not None else []
     return {
         "experiment": now.name if now else None, "enabled": bool(now and now.enabled),

@@ -60,15 +60,6 @@ def hypothesis_tokens(messages: Sequence[ModelMessage], count: Callable[[str], i
     return total
 
 
-def _last_turn(log: EventLog, subject: str, conversation_id: str) -> TurnRecord | None:
-    """The learner's latest turn in the conversation (the SQL log asks its index; any other log is scanned)."""
-    last = getattr(log, "last_turn", None)
-    if last is not None:
-        return last(subject, conversation_id)
-    mine = [t for t in log.turns() if t.subject == subject and t.conversation_id == conversation_id]
-    return max(mine, key=lambda t: t.timestamp, default=None)
-
-
 class TurnMonitor(Monitor):
     """A monitor for one turn: its records in order (logfire metrics still go out; no file)."""
 
@@ -107,7 +98,7 @@ class ServedTutor:
                          history: Sequence[ModelMessage] = ()) -> ServedTurn:
         """Open a turn: the experiment running now decides the learner's arm for the whole turn."""
         experiment = await asyncio.to_thread(current_experiment, self.log, self.default_experiment)
-        previous = await asyncio.to_thread(_last_turn, self.log, subject, conversation_id)
+        previous = await asyncio.to_thread(self.log.last_turn, subject, conversation_id)
         monitor = TurnMonitor()
         deps = TutorDeps(self.retriever, experiment, monitor, subject)
         arm = experiment.arm(subject) if experiment is not None else "unassigned"

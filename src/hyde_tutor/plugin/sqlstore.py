@@ -167,6 +167,11 @@ def _turn_from_row(data: Any) -> TurnRecord:
     return TurnRecord(**kwargs)
 
 
+def _experiment_event(row: Any) -> ExperimentEvent:
+    return ExperimentEvent(change=row.change, experiment=row.experiment, hyde_share=row.hyde_share,
+                           enabled=bool(row.enabled), actor=row.actor, timestamp=row.timestamp)
+
+
 def _retrieval(data: str) -> RetrievalRecord:
     known = {f.name for f in fields(RetrievalRecord)}
     return RetrievalRecord(**{k: v for k, v in json.loads(data).items() if k in known})
@@ -246,43 +251,31 @@ class SqlEventLog:
             row = conn.execute(query).mappings().first()
         return None if row is None else _turn_from_row(row)
 
-    def retrievals(self, turn_id: str | None = None) -> list[tuple[str | None, RetrievalRecord]]:
-        r = self.database.retrievals
-        query = r.select().order_by(r.c.id)
-        if turn_id is not None:
-            query = query.where(r.c.turn_id == turn_id)
+    def _rows(self, table: Any, column: str, value: str | None) -> list[Any]:
+        """A table's rows oldest first; ``value`` given: only those whose ``column`` equals it."""
+        query = table.select().order_by(table.c.id)
+        if value is not None:
+            query = query.where(table.c[column] == value)
         with self.database.engine.begin() as conn:
-            return [(row.turn_id, _retrieval(row.data)) for row in conn.execute(query)]
+            return list(conn.execute(query))
+
+    def retrievals(self, turn_id: str | None = None) -> list[tuple[str | None, RetrievalRecord]]:
+        return [(row.turn_id, _retrieval(row.data)) for row in self._rows(self.database.retrievals, "turn_id", turn_id)]
 
     def ratings(self, turn_id: str | None = None) -> list[RatingEvent]:
         """Every rating, oldest first (``turn_id`` given: that turn's)."""
-        r = self.database.ratings
-        query = r.select().order_by(r.c.id)
-        if turn_id is not None:
-            query = query.where(r.c.turn_id == turn_id)
-        with self.database.engine.begin() as conn:
-            return [RatingEvent(turn_id=row.turn_id, subject=row.subject, rating=row.rating, reason=row.reason,
-                                timestamp=row.timestamp) for row in conn.execute(query)]
+        return [RatingEvent(turn_id=row.turn_id, subject=row.subject, rating=row.rating, reason=row.reason,
+                            timestamp=row.timestamp) for row in self._rows(self.database.ratings, "turn_id", turn_id)]
 
     def experiment_events(self, experiment: str | None = None) -> list[ExperimentEvent]:
-        e = self.database.experiments
-        query = e.select().order_by(e.c.id)
-        if experiment is not None:
-            query = query.where(e.c.experiment == experiment)
-        with self.database.engine.begin() as conn:
-            return [ExperimentEvent(change=row.change, experiment=row.experiment, hyde_share=row.hyde_share,
-                                    enabled=bool(row.enabled), actor=row.actor, timestamp=row.timestamp)
-                    for row in conn.execute(query)]
+        return [_experiment_event(row) for row in self._rows(self.database.experiments, "experiment", experiment)]
 
     def latest_experiment_event(self) -> ExperimentEvent | None:
         """The experiment running now, as the operator last set it (None: never set; the settings decide)."""
         e = self.database.experiments
         with self.database.engine.begin() as conn:
             row = conn.execute(e.select().order_by(e.c.id.desc()).limit(1)).first()
-        if row is None:
-            return None
-        return ExperimentEvent(change=row.change, experiment=row.experiment, hyde_share=row.hyde_share,
-                               enabled=bool(row.enabled), actor=row.actor, timestamp=row.timestamp)
+        return None if row is None else _experiment_event(row)
 
     def close(self) -> None:
         self.database.close()
