@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 
 from hyde_tutor import Bm25Encoder, EdgeStore, KoreanAwareAnalyzer, QdrantClientStore, Retriever, UseEmbedder
+from hyde_tutor.plugin.sqlstore import SqlDatabase
 from hyde_tutor.retrieval.embedders import l2_normalise
+
+from .pg_cluster import pg_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
@@ -145,3 +148,29 @@ def retriever(tmp_path: Path, hash_embedder: HashEmbedder, bm25: Bm25Encoder) ->
     r = Retriever(store, hash_embedder, bm25)
     yield r
     r.close()
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """One throwaway PostgreSQL cluster for the session, started only when a test asks for it."""
+    with pg_cluster() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def sql_db(request: pytest.FixtureRequest) -> Iterator[SqlDatabase]:
+    """The served tutor's database on SQLite (a file) and on the session's PostgreSQL (emptied first)."""
+    database = open_database(request.param, request)
+    yield database
+    database.close()
+
+
+def open_database(kind: str, request: pytest.FixtureRequest) -> SqlDatabase:
+    """A fresh ``sqlite`` database in the test's tmp_path, or the session's ``postgresql`` with its tables emptied."""
+    if kind == "sqlite":
+        return SqlDatabase(f"sqlite:///{request.getfixturevalue('tmp_path') / 'served.db'}")
+    database = SqlDatabase(request.getfixturevalue("pg_url"))
+    with database.engine.begin() as conn:
+        for table in reversed(database.metadata.sorted_tables):
+            conn.execute(table.delete())
+    return database

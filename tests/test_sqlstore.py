@@ -1,5 +1,6 @@
-"""The served tutor's database, on SQLite and on a real PostgreSQL: the event log keeps the contract of
-``tests/test_events.py``, and the conversation store keeps conversations per learner and refuses a stale save."""
+"""The served tutor's database, on SQLite and on a real PostgreSQL: the conversation store keeps conversations per
+learner and refuses a stale save; the log opens from a URL or settings and takes writers from several processes.
+The event log's contract (shared with the in-memory log) is in ``tests/test_events.py``."""
 
 from __future__ import annotations
 
@@ -21,69 +22,8 @@ from hyde_tutor.plugin.sqlstore import SqlDatabase, SqlEventLog, database_url, o
 from .pg_cluster import pg_cluster
 
 
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    with pg_cluster() as url:
-        yield url
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlDatabase]:
-    if request.param == "sqlite":
-        database = SqlDatabase(f"sqlite:///{tmp_path / 'served.db'}")
-    else:
-        database = SqlDatabase(request.getfixturevalue("pg_url"))
-        with database.engine.begin() as conn:  # a clean slate per test on the module's cluster
-            for table in reversed(database.metadata.sorted_tables):
-                conn.execute(table.delete())
-    yield database
-    database.close()
-
-
 def _turn(turn_id: str = "t1", subject: str = "s1", **kw) -> TurnRecord:
     return TurnRecord(turn_id=turn_id, subject=subject, conversation_id="c1", experiment="x", arm="hyde", **kw)
-
-
-def test_the_event_log_keeps_the_contract(db: SqlDatabase) -> None:
-    log = SqlEventLog(db)
-    assert isinstance(log, EventLog)
-    log.add_turn(_turn(found_ids=("g1", "g2"), first_token_s=0.25))
-    with pytest.raises(ValueError, match="already stored"):
-        log.add_turn(_turn())
-    assert log.update_turn("t1", rephrase=True, judge_score=0.5)
-    assert not log.update_turn("nope", rephrase=True)
-    with pytest.raises(ValueError, match="not outcome fields"):
-        log.update_turn("t1", arm="raw")
-    assert not log.add_rating(RatingEvent(turn_id="t1", subject="someone-else", rating=1))
-    assert log.add_rating(RatingEvent(turn_id="t1", subject="s1", rating=-1, reason="не то"))
-    with pytest.raises(ValueError, match=r"\+1 or -1"):
-        log.add_rating(RatingEvent(turn_id="t1", subject="s1", rating=5))
-    (turn,) = log.turns()
-    assert (turn.rephrase, turn.judge_score, turn.arm, turn.rating, turn.rating_reason) == (True, 0.5, "hyde", -1, "не то")
-    assert turn.found_ids == ("g1", "g2") and turn.first_token_s == 0.25 and turn.grounded is None
-    assert [r.subject for r in log.ratings("t1")] == ["s1"]
-    rec = RetrievalRecord(experiment="x", arm="raw", use_hyde=False, reason="experiment", tool="grammar_search",
-                          collection="grammar", stages_ms={"total_ms": 3.5}, hypothesis_sources=["agent"])
-    log.add_retrieval(rec, "t1")
-    log.add_retrieval(rec, None)
-    assert [t for t, _ in log.retrievals()] == ["t1", None]
-    (only,) = log.retrievals("t1")
-    assert only[1] == rec
-    log.add_experiment_event(ExperimentEvent(change="start", experiment="x", hyde_share=0.5, enabled=True))
-    log.add_experiment_event(ExperimentEvent(change="stop", experiment="x", hyde_share=0.5, enabled=False))
-    assert [e.change for e in log.experiment_events("x")] == ["start", "stop"]
-    assert log.experiment_events("other") == []
-    assert log.latest_experiment_event().change == "stop"
-    assert log.turns("other") == [] and len(log.turns("x")) == 1
-
-
-def test_the_last_turn_of_a_learners_conversation(db: SqlDatabase) -> None:
-    log = SqlEventLog(db)
-    log.add_turn(_turn("a", timestamp=1.0))
-    log.add_turn(_turn("b", timestamp=2.0))
-    log.add_turn(_turn("c", subject="s2", timestamp=3.0))
-    assert log.last_turn("s1", "c1").turn_id == "b"
-    assert log.last_turn("s3", "c1") is None
 
 
 def _conversation(cid: str, *texts: str) -> Conversation:
@@ -93,8 +33,8 @@ def _conversation(cid: str, *texts: str) -> Conversation:
     return Conversation(messages=messages, conversation_id=cid)
 
 
-async def test_conversations_are_kept_per_learner_and_a_stale_save_is_refused(db: SqlDatabase) -> None:
-    store = SqlConversationStore(db)
+async def test_conversations_are_kept_per_learner_and_a_stale_save_is_refused(sql_db: SqlDatabase) -> None:
+    store = SqlConversationStore(sql_db)
     first = _conversation("learner-a:chat1", "привет")
     entries = await store.save(first, scope="learner-a")
     assert len(entries) == 2

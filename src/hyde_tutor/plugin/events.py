@@ -117,6 +117,9 @@ class EventLog(Protocol):
     def retrievals(self, turn_id: str | None = None) -> list[tuple[str | None, RetrievalRecord]]:
         """``(turn_id, record)`` pairs, oldest first (``turn_id`` given: that turn's only)."""
 
+    def ratings(self, turn_id: str | None = None) -> list[RatingEvent]:
+        """Every stored rating, oldest first (``turn_id`` given: that turn's only)."""
+
     def experiment_events(self, experiment: str | None = None) -> list[ExperimentEvent]:
         """Oldest first."""
 
@@ -182,6 +185,10 @@ class MemoryEventLog:
     def retrievals(self, turn_id: str | None = None) -> list[tuple[str | None, RetrievalRecord]]:
         with self._lock:
             return [(t, r) for t, r in self._retrievals if turn_id is None or t == turn_id]
+
+    def ratings(self, turn_id: str | None = None) -> list[RatingEvent]:
+        with self._lock:
+            return [r for r in self._ratings if turn_id is None or r.turn_id == turn_id]
 
     def experiment_events(self, experiment: str | None = None) -> list[ExperimentEvent]:
         with self._lock:
