@@ -38,7 +38,9 @@ OC2 = "n_hypotheses=2,generation=one_call,cascade_margin=0"
 POLICIES: dict[str, str] = {
     "raw (no HyDE)": "hyde=0",
     "N=1 (default)": "default",
-    "N=1, one hypothesis for both searches (retrieve-first)": "default,share=1",
+    "N=1, one hypothesis for both searches, grammar writes it (retrieve-first)": "default,share=listed",
+    "N=1, one hypothesis for both searches, the nearest collection writes it (retrieve-first default)":
+        "default,share=closest",
     "N=2 separate (target)": SEP2,
     "N=2 separate, w6": f"{SEP2},hypothesis_weight=6",
     **{f"N=1, w{w}": f"{ONE},hypothesis_weight={w}" for w in (1, 2, 4, 6)},
@@ -53,6 +55,8 @@ POLICIES: dict[str, str] = {
     **{f"N=1, cascade {t}": f"n_hypotheses=1,cascade_margin={t}" for t in (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4)},
 }
 HALVES = ("all", "even", "odd")
+CONVERSATIONS = ("conversations", "data/eval/conversations", "grammar", "grammar_search")
+"""Follow-ups and new questions asked mid-chat (``--sets followups,conversations``): searched with their history."""
 
 
 def score(data: Any, ranked: list[list[str]]) -> dict[str, dict[str, float]]:
@@ -76,9 +80,9 @@ def main() -> None:
                     help="search as RetrieveFirst does (grammar AND docs per message); calls per turn")
     args = ap.parse_args()
     policies = {k: v for k, v in POLICIES.items() if (not args.only or k in args.only)
-                and (args.retrieve_first or "share=1" not in v.split(","))}  # sharing is retrieve-first's lever
+                and (args.retrieve_first or not _share(v)[0])}  # sharing is retrieve-first's lever
     policies.update({s: s for s in args.policy or []})
-    sets = [s for s in SETS if s[0] in args.sets.split(",")]
+    sets = [s for s in (*SETS, CONVERSATIONS) if s[0] in args.sets.split(",")]
     runner = Runner(None)
     listed = runner.retriever.store.list_collections()
     for collection in dict.fromkeys(s[2] for s in sets):
@@ -87,8 +91,8 @@ def main() -> None:
             ingest_file(Path("data/eval") / collection / "corpus.jsonl", IngestRequest(collection=collection, progress=False), r.store, r.dense, r.sparse)
     figures: dict[str, Any] = {}
     for label, spec in policies.items():
-        share = "share=1" in spec.split(",")  # retrieve-first: one hypothesis for both searches
-        policy = parse_policy(",".join(p for p in spec.split(",") if p != "share=1"))
+        share = _share(spec)  # retrieve-first: one hypothesis for both searches, written by which collection
+        policy = parse_policy(",".join(p for p in spec.split(",") if not p.startswith("share=")))
         figures[label] = {"spec": spec}
         for name, root, collection, tool in sets:
             data = load_beir(Path(root))
@@ -107,12 +111,24 @@ def main() -> None:
         args.json.write_text(json.dumps(figures, ensure_ascii=False, indent=1))
 
 
-def retrieve_first(runner: Runner, policy: Any, collection: str, queries: list[Any], share: bool = False) -> list[Any]:
+def _share(spec: str) -> tuple[bool, str]:
+    """A spec's ``share=`` token as :class:`RetrieveFirst`'s (``share_hypothesis``, ``order``): ``0`` one
+    hypothesis per collection, ``listed`` grammar writes the shared one, ``closest`` the nearest collection does."""
+    value = next((p.split("=", 1)[1] for p in spec.split(",") if p.startswith("share=")), "0")
+    return value != "0", value if value != "0" else "listed"
+
+
+def retrieve_first(runner: Runner, policy: Any, collection: str, queries: list[Any],
+                   share: tuple[bool, str] = (False, "listed")) -> list[Any]:
     """Each question as :class:`RetrieveFirst` searches it before the tutor answers: grammar AND docs, one
-    search each. The ranking scored is ``collection``'s; the calls are the turn's, both searches together. The
-    other collection's hypothesis was never recorded for these questions (replay falls back to plain search),
-    so its calls are counted as the policy would make them: none when the cascade skips, else one per call.
-    ``share``: :attr:`RetrieveFirst.share_hypothesis` (the first search's hypothesis searched in the second)."""
+    search each. The ranking scored is ``collection``'s; the calls are the turn's, both searches together.
+
+    A hypothesis that was never recorded (the other collection's prompt for these questions; replay falls back
+    to plain search) is counted as the call the policy would make. When the turn's shared hypothesis is such
+    an unrecorded one (the nearest collection is not the scored one and its prompt was never recorded for the
+    question), the scored ranking is the PLAIN one, a lower bound: the pipeline would have searched a
+    hypothesis we cannot replay; ``unmeasured`` counts those turns.
+    ``share``: :attr:`RetrieveFirst.share_hypothesis` and :attr:`RetrieveFirst.order`."""
     from hyde_tutor.plugin.deps import TutorDeps
     from hyde_tutor.plugin.tutor import RetrieveFirst
 
@@ -122,10 +138,12 @@ def retrieve_first(runner: Runner, policy: Any, collection: str, queries: list[A
         policy = type(policy)(overrides={**policy.overrides, "enabled": False}, use_hyde=False)
     hr = runner.retriever_for(policy)
     ids_of = {json.loads(line)["_id"] for line in open(f"data/eval/{collection}/corpus.jsonl", encoding="utf-8")}
-    step = RetrieveFirst(grammar_top_k=10, docs_top_k=10, share_hypothesis=share)
+    step = RetrieveFirst(grammar_top_k=10, docs_top_k=10, share_hypothesis=share[0], order=share[1])
     hyde = runner.settings.hyde.model_copy(update=policy.overrides)
     n = hyde.n_hypotheses or 1
     would_call = 0 if not policy.use_hyde else (1 if hyde.generation == "one_call" else n)
+
+    unmeasured: list[str] = []
 
     async def all_() -> list[Any]:
         out = []
@@ -133,7 +151,7 @@ def retrieve_first(runner: Runner, policy: Any, collection: str, queries: list[A
             records: list[Any] = []
             monitor = type("Capture", (), {"record": lambda self, r: records.append(r)})()
             deps = TutorDeps(retriever=hr, monitor=monitor)
-            found = await step.search(deps, q.text)
+            found = await step.search(deps, q.text, tuple(q.history))
             mine = next((r for r in records if r.collection == collection), None)
             calls = tokens_in = tokens_out = 0
             for r in records:
@@ -143,7 +161,16 @@ def retrieve_first(runner: Runner, policy: Any, collection: str, queries: list[A
                 else:
                     calls += would_call
             ids = [e["id"] for e in found if e["id"] in ids_of] if mine else []
+            first = records[0] if records else None
+            if (share[0] and first is not None and first.collection != collection
+                    and first.fallback_reason == "not_recorded"):  # the shared hypothesis cannot be replayed
+                plain = await hr.search(collection, q.text, top_k=10, use_hyde=False)
+                ids, calls, tokens_in, tokens_out = [d.id for d in plain.results], would_call, 0, 0
+                unmeasured.append(q.id)
             out.append(Outcome(ids[:10], calls, tokens_in, tokens_out))
+        if unmeasured:
+            print(f"  {collection}: {len(unmeasured)} turns scored with the plain ranking (the nearest collection's "
+                  f"hypothesis was never recorded): {', '.join(unmeasured)}", file=sys.stderr)
         return out
 
     return runner.loop.run_until_complete(all_())

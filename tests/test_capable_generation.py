@@ -12,6 +12,7 @@ from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from hyde_tutor.config import HydeSettings, LLMSettings
+from hyde_tutor.corpus.documents import Document
 from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.hyde.conversation import render_conversation
@@ -78,38 +79,79 @@ def test_the_rendered_requests_are_what_the_pipeline_sends() -> None:
     json.dumps(rows, ensure_ascii=False)  # a writer's file: plain JSON
 
 
-async def test_retrieve_first_can_search_both_collections_with_one_hypothesis(retriever, hash_embedder, bm25) -> None:
+def _retrieve_first_turn(retriever, docs) -> tuple[list[str], list, "TutorDeps"]:
+    """A retrieve-first turn's parts: ``docs`` ingested as collection ``docs`` beside the test grammar; the LLM
+    calls (by the system prompt's domain) and the monitor's records are captured."""
     from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
     from hyde_tutor.plugin.toolset import TutorDeps
-    from hyde_tutor.plugin.tutor import RetrieveFirst
 
-    from .test_store import DOCS
-
-    ingest_documents(DOCS, IngestRequest(collection="docs", progress=False), retriever.store, hash_embedder, bm25)
+    if "docs" not in retriever.store.list_collections():
+        ingest_documents(docs, IngestRequest(collection="docs", progress=False), retriever.store, retriever.dense,
+                         retriever.sparse)
     calls: list[str] = []
 
     def fn(messages, info: AgentInfo) -> ModelResponse:
         calls.append(info.instructions or "")
         return ModelResponse(parts=[TextPart(ENTRY)])
 
-    def turn() -> tuple[HydeRetriever, list, TutorDeps]:
-        hs = HydeSettings(n_hypotheses=1, cascade_margin=0)
-        hr = HydeRetriever(retriever, lambda d: HypothesisGenerator(FunctionModel(fn), "m", d, cache=MemoryCache(),
-                                                                    hyde=hs), hs)
-        records: list = []
-        monitor = type("Capture", (), {"record": lambda self, r: records.append(r)})()
-        return hr, records, TutorDeps(retriever=hr, monitor=monitor)
+    hs = HydeSettings(n_hypotheses=1, cascade_margin=0)
+    hr = HydeRetriever(retriever, lambda d: HypothesisGenerator(FunctionModel(fn), "m", d, cache=MemoryCache(),
+                                                                hyde=hs), hs)
+    records: list = []
+    monitor = type("Capture", (), {"record": lambda self, r: records.append(r)})()
+    return calls, records, TutorDeps(retriever=hr, monitor=monitor)
 
-    _, records, deps = turn()
-    found = await RetrieveFirst(share_hypothesis=True).search(deps, "Как сказать, что я хочу поехать?")
-    assert len(calls) == 1 and found  # one LLM call for the turn
-    assert [r.collection for r in records] == ["grammar", "docs"]
+
+async def test_retrieve_first_makes_one_call_a_turn_and_can_make_one_per_collection(retriever) -> None:
+    from hyde_tutor.plugin.tutor import RetrieveFirst
+
+    from .test_store import DOCS
+
+    calls, records, deps = _retrieve_first_turn(retriever, DOCS)
+    found = await RetrieveFirst().search(deps, "Как сказать, что я хочу поехать?")
+    assert len(calls) == 1 and found  # the default: one LLM call for the turn
+    assert [r.collection for r in records] == ["grammar", "docs"]  # a tie keeps the listed order
     assert records[0].llm_calls == 1 and records[1].llm_calls == 0
     assert records[1].used_hyde and records[1].hypothesis_sources == ["agent"]  # the grammar hypothesis, handed on
-    calls.clear()
-    _, records, deps = turn()
-    await RetrieveFirst().search(deps, "Как сказать, что я хочу поехать?")
-    assert len(calls) == 2 and [r.llm_calls for r in records] == [1, 1]  # the default: one call per collection
+    calls, records, deps = _retrieve_first_turn(retriever, DOCS)
+    await RetrieveFirst(share_hypothesis=False).search(deps, "Как сказать, что я хочу поехать?")
+    assert len(calls) == 2 and [r.llm_calls for r in records] == [1, 1]  # one call per collection
+
+
+LESSON_DOCS = [Document("d-plan", "расписание занятий каждый день повторение слов карточки", {"title": "План"}),
+               Document("d-ex", "экзамен TOPIK уровни баллы регистрация", {"title": "TOPIK"})]
+
+
+async def test_the_collection_nearest_the_message_writes_the_turns_hypothesis(retriever) -> None:
+    from hyde_tutor.plugin.tutor import RetrieveFirst
+
+    question = "расписание занятий каждый день"  # near a docs entry, far from every grammar entry
+    calls, records, deps = _retrieve_first_turn(retriever, LESSON_DOCS)
+    found = await RetrieveFirst(grammar_top_k=2, docs_top_k=1).search(deps, question)
+    assert [r.collection for r in records] == ["docs", "grammar"] and [r.llm_calls for r in records] == [1, 0]
+    assert calls[0].startswith(load_prompt("hypothesis_docs").text.splitlines()[0])  # written with the docs prompt
+    assert [e["id"] for e in found][-1] == "d-plan" and len(found) == 3  # still listed order: grammar, then docs
+    assert deps.found == found
+    calls, records, deps = _retrieve_first_turn(retriever, LESSON_DOCS)
+    await RetrieveFirst(order="listed").search(deps, question)
+    assert [r.collection for r in records] == ["grammar", "docs"] and [r.llm_calls for r in records] == [1, 0]
+
+
+async def test_a_failed_closeness_probe_never_fails_the_turn(retriever, monkeypatch) -> None:
+    from hyde_tutor.plugin.tutor import RetrieveFirst
+
+    calls, records, deps = _retrieve_first_turn(retriever, LESSON_DOCS)
+    real = retriever.search
+
+    def probe_breaks_on_docs(collection, query, top_k=None, mode="hybrid"):
+        if collection == "docs" and mode == "dense" and top_k == 1:
+            raise RuntimeError("store down")
+        return real(collection, query, top_k, mode)
+
+    monkeypatch.setattr(retriever, "search", probe_breaks_on_docs)
+    found = await RetrieveFirst().search(deps, "расписание занятий каждый день")
+    assert [r.collection for r in records] == ["grammar", "docs"]  # the failed collection goes last
+    assert len(calls) == 1 and found
 
 
 async def test_the_v2_recordings_answer_the_requests_the_pipeline_sends_today() -> None:

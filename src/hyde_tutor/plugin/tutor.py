@@ -14,6 +14,8 @@ The agent then has no tools: one model request per turn, whose only job is the a
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -31,6 +33,7 @@ GROUNDED_ENTRY_CHARS = 900
 """The found entries' text in a structured answer's prompt (the embedded model): 900 characters (about 480 prompt
 tokens in all, against 850 at 1,800) took a turn from 10.0 to 7.5 s (median, 10 questions, 2 cores) with the
 headline as often relevant (docs/MEASUREMENTS.md, "Offline tutor turn")."""
+_log = logging.getLogger("hyde_tutor.tutor")
 TutorMode = Literal["tools", "retrieve-first"]
 TUTOR_MODES: tuple[str, ...] = ("tools", "retrieve-first")
 
@@ -47,9 +50,15 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
     docs_top_k: int = 2
     max_chars: int = 1800
     """Cap on the entries' text: a small local model reads a long prompt slowly."""
-    share_hypothesis: bool = False
-    """The first search's generated hypothesis is searched in the second collection too (as a ready hypothesis:
-    no second LLM call), so a turn costs one call instead of one per collection."""
+    share_hypothesis: bool = True
+    """The first search's generated hypothesis is searched in the other collection too (as a ready hypothesis:
+    no second LLM call), so a turn costs one call instead of one per collection. False: each collection
+    generates its own (two calls a turn, measured no better: docs/MEASUREMENTS.md, "One call at the quality
+    of two")."""
+    order: Literal["closest", "listed"] = "closest"
+    """Which collection is searched first, and so writes the turn's one hypothesis: ``closest``, the one whose
+    nearest entry is nearest to the message (one plain dense search per collection, a few milliseconds);
+    ``listed``, grammar then docs. The found entries keep the listed order either way."""
 
     def get_instructions(self) -> Any:
         return self._found_entries
@@ -62,16 +71,23 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
     async def search(self, deps: TutorDeps, question: str,
                      history: tuple[tuple[str, str], ...] = ()) -> list[dict[str, Any]]:
         """The searches this step runs for ``question`` (a follow-up with the conversation in view)."""
-        found: list[dict[str, Any]] = []
+        steps = [(tool, collection, k) for tool, collection, k in
+                 (("grammar_search", self.grammar_collection, self.grammar_top_k),
+                  ("docs_search", self.docs_collection, self.docs_top_k)) if collection and question]
+        searched = steps
+        if self.share_hypothesis and self.order == "closest" and len(steps) > 1:
+            searched = await closest_first(deps, steps, question)
+        mark = len(deps.found)  # each search appends its entries to deps.found, in the order searched
+        by_collection: dict[str, list[dict[str, Any]]] = {}
         shared: str | None = None
-        for tool, collection, k in (("grammar_search", self.grammar_collection, self.grammar_top_k),
-                                    ("docs_search", self.docs_collection, self.docs_top_k)):
-            if collection and question:
-                request = tool_request(tool, collection, question, k, history=history, hypothesis=shared)
-                entries, result = await context_search(deps, tool, request)
-                found += entries
-                if self.share_hypothesis and shared is None and result is not None:
-                    shared = next((h.text for h in result.hypotheses if h.source == "llm"), None)
+        for tool, collection, k in searched:
+            request = tool_request(tool, collection, question, k, history=history, hypothesis=shared)
+            entries, result = await context_search(deps, tool, request)
+            by_collection[collection] = entries
+            if self.share_hypothesis and shared is None and result is not None:
+                shared = next((h.text for h in result.hypotheses if h.source == "llm"), None)
+        found = [e for _, collection, _ in steps for e in by_collection.get(collection, [])]
+        deps.found[mark:] = found  # the listed order (grammar first), whichever collection was searched first
         return found
 
     async def _found_entries(self, ctx: RunContext[TutorDeps]) -> str:
@@ -95,6 +111,26 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
         if not cached:
             return "Поиск по справочнику ничего не нашёл: ответь по своим знаниям и скажи об этом ученику."
         return "Найденные статьи (опирайся на них). " + reference_block(format_entries(cached, self.max_chars))
+
+
+async def closest_first(deps: TutorDeps, steps: list[tuple[str, str, int]], question: str) -> list[tuple[str, str, int]]:
+    """``steps`` ordered by how near each collection's nearest entry is to ``question`` (the top score of one
+    plain dense search each), nearest first. A collection whose probe fails goes last; a failure of every probe
+    keeps the given order. Never raises: the order only decides which search writes the hypothesis."""
+    retriever = deps.retriever.retriever
+
+    def top(collection: str) -> float:
+        hits = retriever.search(collection, question, top_k=1, mode="dense")
+        return hits[0].score if hits else float("-inf")
+
+    scores: dict[str, float] = {}
+    for _, collection, _ in steps:
+        try:
+            scores[collection] = await asyncio.to_thread(top, collection)
+        except Exception as exc:  # a bad message or an unavailable store: the searches themselves will say so
+            _log.debug("hyde-tutor: the closeness probe of %s failed: %s", collection, exc)
+            scores[collection] = float("-inf")
+    return sorted(steps, key=lambda step: -scores[step[1]])  # stable: ties keep the listed order
 
 
 def conversation(messages: Sequence[Any]) -> tuple[tuple[str, str], ...]:
