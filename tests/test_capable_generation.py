@@ -137,21 +137,35 @@ async def test_the_collection_nearest_the_message_writes_the_turns_hypothesis(re
     assert [r.collection for r in records] == ["grammar", "docs"] and [r.llm_calls for r in records] == [1, 0]
 
 
-async def test_a_failed_closeness_probe_never_fails_the_turn(retriever, monkeypatch) -> None:
+async def test_a_failed_or_slow_closeness_probe_never_fails_the_turn(retriever, monkeypatch) -> None:
+    import asyncio
+
+    from hyde_tutor.plugin import tutor
     from hyde_tutor.plugin.tutor import RetrieveFirst
 
-    calls, records, deps = _retrieve_first_turn(retriever, LESSON_DOCS)
-    real = retriever.search
+    question = "расписание занятий каждый день"  # nearest to docs when the probe works
+    real = tutor._nearest
 
-    def probe_breaks_on_docs(collection, query, top_k=None, mode="hybrid"):
-        if collection == "docs" and mode == "dense" and top_k == 1:
+    def breaks_on_docs(r, collection, encoded):
+        if collection == "docs":
             raise RuntimeError("store down")
-        return real(collection, query, top_k, mode)
+        return real(r, collection, encoded)
 
-    monkeypatch.setattr(retriever, "search", probe_breaks_on_docs)
-    found = await RetrieveFirst().search(deps, "расписание занятий каждый день")
-    assert [r.collection for r in records] == ["grammar", "docs"]  # the failed collection goes last
-    assert len(calls) == 1 and found
+    monkeypatch.setattr(tutor, "_nearest", breaks_on_docs)
+    calls, records, deps = _retrieve_first_turn(retriever, LESSON_DOCS)
+    assert await RetrieveFirst().search(deps, question)
+    assert [r.collection for r in records] == ["grammar", "docs"] and len(calls) == 1  # the failed one goes last
+    monkeypatch.setattr(tutor, "_nearest", real)
+
+    async def hangs(texts, collection=None):
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(retriever, "aencode", hangs)  # the probe's encoding never answers
+    calls, records, deps = _retrieve_first_turn(retriever, LESSON_DOCS)
+    steps = [("grammar_search", "grammar", 1), ("docs_search", "docs", 1)]
+    started = asyncio.get_running_loop().time()
+    assert await tutor.closest_first(deps, steps, question, timeout_s=0.2) == steps  # the listed order, in time
+    assert asyncio.get_running_loop().time() - started < 5
 
 
 async def test_the_v2_recordings_answer_the_requests_the_pipeline_sends_today() -> None:

@@ -113,24 +113,40 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
         return "Найденные статьи (опирайся на них). " + reference_block(format_entries(cached, self.max_chars))
 
 
-async def closest_first(deps: TutorDeps, steps: list[tuple[str, str, int]], question: str) -> list[tuple[str, str, int]]:
+PROBE_TIMEOUT_S = 2.0
+"""How long :func:`closest_first` may take before the listed order is kept (an embedder that does not answer)."""
+
+
+async def closest_first(deps: TutorDeps, steps: list[tuple[str, str, int]], question: str,
+                        timeout_s: float = PROBE_TIMEOUT_S) -> list[tuple[str, str, int]]:
     """``steps`` ordered by how near each collection's nearest entry is to ``question`` (the top score of one
-    plain dense search each), nearest first. A collection whose probe fails goes last; a failure of every probe
-    keeps the given order. Never raises: the order only decides which search writes the hypothesis."""
+    plain dense search each, one encoding for all), nearest first. A collection whose probe fails goes last; a
+    probe that fails everywhere or takes over ``timeout_s`` keeps the given order. Never raises: the order only
+    decides which search writes the hypothesis."""
     retriever = deps.retriever.retriever
-
-    def top(collection: str) -> float:
-        hits = retriever.search(collection, question, top_k=1, mode="dense")
-        return hits[0].score if hits else float("-inf")
-
     scores: dict[str, float] = {}
-    for _, collection, _ in steps:
-        try:
-            scores[collection] = await asyncio.to_thread(top, collection)
-        except Exception as exc:  # a bad message or an unavailable store: the searches themselves will say so
-            _log.debug("hyde-tutor: the closeness probe of %s failed: %s", collection, exc)
-            scores[collection] = float("-inf")
-    return sorted(steps, key=lambda step: -scores[step[1]])  # stable: ties keep the listed order
+
+    async def probe() -> None:
+        encoded = await retriever.aencode([question])
+        for _, collection, _ in steps:
+            try:
+                scores[collection] = await asyncio.to_thread(_nearest, retriever, collection, encoded)
+            except Exception as exc:  # an unavailable collection: its search will say so
+                _log.debug("hyde-tutor: the closeness probe of %s failed: %s", collection, exc)
+
+    try:
+        await asyncio.wait_for(probe(), timeout_s)
+    except Exception as exc:  # the embedder failed or is slow: the searches themselves will say so
+        _log.debug("hyde-tutor: the closeness probe failed (%s): the listed order is kept", type(exc).__name__)
+    return sorted(steps, key=lambda step: -scores.get(step[1], float("-inf")))  # stable: ties keep the order
+
+
+def _nearest(retriever: Any, collection: str, encoded: Any) -> float:
+    """The top dense score of ``collection`` for the one encoded query (``-inf`` when it is empty)."""
+    if not retriever.is_checked(collection):
+        retriever.check_collection(collection)
+    hits = retriever.store.search_batch(collection, [retriever.request(encoded, 0, 1, "dense", collection=collection)])
+    return hits[0][0].score if hits and hits[0] else float("-inf")
 
 
 def conversation(messages: Sequence[Any]) -> tuple[tuple[str, str], ...]:
