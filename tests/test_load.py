@@ -182,6 +182,7 @@ def test_warm_up_opens_the_collections_and_freezes_what_is_alive(tmp_path: Path,
 
     from hyde_tutor.corpus.documents import Document
     from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
+    from hyde_tutor import Bm25Encoder, KoreanAwareAnalyzer
     from hyde_tutor.hyde import HydeRetriever
     from hyde_tutor.retrieval.retriever import Retriever
     from hyde_tutor.retrieval.store.edge import EdgeStore
@@ -189,13 +190,38 @@ def test_warm_up_opens_the_collections_and_freezes_what_is_alive(tmp_path: Path,
     store, embedder = EdgeStore(tmp_path), HashEmbedder()
     ingest_documents([Document("g1", "-고 싶다 хотеть", {"pattern": "-고 싶다"})],
                      IngestRequest(collection="grammar", progress=False), store, embedder, bm25)
-    hr = HydeRetriever(Retriever(store, embedder, bm25), lambda d: None)  # type: ignore[arg-type, return-value]
+    fresh = KoreanAwareAnalyzer()  # kiwipiepy not loaded yet: the first Korean text would load it (about 2 s)
+    hr = HydeRetriever(Retriever(store, embedder, Bm25Encoder(fresh)), lambda d: None)  # type: ignore[arg-type, return-value]
     calls, frozen = embedder.calls, gc.get_freeze_count()
     try:
         hr.warm_up(["grammar"], freeze_gc=False)
         assert hr.retriever.is_checked("grammar") and embedder.calls > calls and gc.get_freeze_count() == frozen
+        assert "_kiwi" in vars(fresh)  # the Korean analyser is loaded before the first learner's Korean text
         hr.warm_up(["grammar"])
         assert gc.get_freeze_count() > frozen
     finally:
         gc.unfreeze()
+        hr.close()
+
+
+def test_the_chat_warms_up_in_the_background_and_a_missing_collection_does_not_stop_it(tmp_path: Path, bm25) -> None:
+    from hyde_tutor import Bm25Encoder, KoreanAwareAnalyzer
+    from hyde_tutor.corpus.documents import Document
+    from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
+    from hyde_tutor.hyde import HydeRetriever
+    from hyde_tutor.plugin.chat import warm_up_in_background
+    from hyde_tutor.retrieval.retriever import Retriever
+    from hyde_tutor.retrieval.store.edge import EdgeStore
+
+    store, embedder = EdgeStore(tmp_path), HashEmbedder()
+    ingest_documents([Document("g1", "-고 싶다 хотеть", {"pattern": "-고 싶다"})],
+                     IngestRequest(collection="grammar", progress=False), store, embedder, bm25)
+    fresh = KoreanAwareAnalyzer()
+    hr = HydeRetriever(Retriever(store, embedder, Bm25Encoder(fresh)), lambda d: None)  # type: ignore[arg-type, return-value]
+    try:
+        thread = warm_up_in_background(hr, ("no-such-collection", "grammar"))
+        thread.join(60)
+        assert not thread.is_alive() and thread.daemon
+        assert hr.retriever.is_checked("grammar") and "_kiwi" in vars(fresh)
+    finally:
         hr.close()

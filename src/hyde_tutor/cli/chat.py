@@ -24,7 +24,7 @@ def chat(
     Reads questions from standard input when it is not a terminal, one per line, prints each answer
     and exits 0 at the end: printf 'вопрос\n' | hyde-tutor chat
     """
-    from ..plugin.chat import CHAT_MODES, build_tutor_agent, chat_loop, default_chat_mode
+    from ..plugin.chat import CHAT_MODES, build_tutor_agent, chat_loop, default_chat_mode, warm_up_in_background
     from ..plugin.experiment import ReloadableExperiment
     from ..llm.backends import make_llm
     from ..plugin.monitor import Monitor, configure_logfire
@@ -41,6 +41,7 @@ def chat(
     except HydeTutorError as exc:
         fail(str(exc))
     hr = open_hyde(settings)
+    warm_up_in_background(hr, ("grammar", "docs"))  # while the first question is typed
     monitor = Monitor(settings.data_dir / "metrics.jsonl" if settings.monitor.jsonl else None, settings.monitor.window)
     deps = TutorDeps(hr, ReloadableExperiment(), monitor, subject_id)
     chosen = default_chat_mode(llm) if mode == "auto" else mode

@@ -126,13 +126,13 @@ class HydeRetriever:
         self.close()
 
     def warm_up(self, collections: Sequence[str], *, freeze_gc: bool = True) -> None:
-        """One plain search per collection (loads the collections, the embedder's process, the analyser; no LLM),
+        """One plain search per collection (loads the collections, the embedder's process, the Korean analyser; no LLM),
         then with ``freeze_gc`` :func:`gc.freeze` (one full GC over ~280,000 objects paused the loop ~160 ms under
         load). Once at start-up; it blocks (async code: ``await asyncio.to_thread(hr.warm_up, [...])``)."""
         import gc
 
         for collection in collections:
-            self.retriever.search(collection, "warm-up", top_k=1)
+            self.retriever.search(collection, "warm-up 준비", top_k=1)
         if freeze_gc:
             gc.collect()
             gc.freeze()

@@ -259,6 +259,24 @@ def ru_plural(n: int, one: str, few: str, many: str) -> str:
     return many
 
 
+def warm_up_in_background(hr: Any, collections: Sequence[str]) -> threading.Thread:
+    """Load the embedder, the Korean analyser and ``collections`` in a daemon thread while the learner types the
+    first question (:meth:`HydeRetriever.warm_up`, the GC left as it is). Without it the chat's first follow-up
+    waited about 2 s for its search: the tutor's reply is the first Korean text, and kiwipiepy loads then. A
+    collection that fails is left for the turns to report."""
+
+    def run() -> None:
+        for collection in collections:
+            try:
+                hr.warm_up([collection], freeze_gc=False)
+            except Exception as exc:  # noqa: BLE001 - a missing collection: the turn's own search says so
+                _log.debug("hyde-tutor: warming up %s failed: %s", collection, exc)
+
+    thread = threading.Thread(target=run, name="hyde-tutor-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
 def chat_loop(agent: Agent[TutorDeps, str], deps: TutorDeps, read: Callable[[], str | None],
               write: Callable[[str], None], max_requests: int = 6, *, show_time: bool = False,
               search_first: bool = False, stream: Callable[[str], None] | None = None) -> int:

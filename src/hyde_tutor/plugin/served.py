@@ -109,7 +109,7 @@ class ServedTutor:
     async def warm_up(self, collection: str = "grammar") -> None:
         """One plain search at startup, so the first learner does not wait for the embedder to load."""
         try:
-            await self.retriever.search(collection, "привет", top_k=1, use_hyde=False)
+            await asyncio.to_thread(self.retriever.warm_up, [collection], freeze_gc=False)  # and the Korean analyser
         except Exception as exc:  # noqa: BLE001 - a missing collection is reported by the turns themselves
             _log.warning("warm-up search of %r failed: %s", collection, type(exc).__name__)
 
