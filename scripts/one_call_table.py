@@ -164,7 +164,7 @@ def retrieve_first(runner: Runner, policy: Any, collection: str, queries: list[A
             first = records[0] if records else None
             if (share[0] and first is not None and first.collection != collection
                     and first.fallback_reason == "not_recorded"):  # the shared hypothesis cannot be replayed
-                plain = await hr.search(collection, q.text, top_k=10, use_hyde=False)
+                plain = await hr.search(collection, q.text, top_k=10, use_hyde=False, history=tuple(q.history))
                 ids, calls, tokens_in, tokens_out = [d.id for d in plain.results], would_call, 0, 0
                 unmeasured.append(q.id)
             out.append(Outcome(ids[:10], calls, tokens_in, tokens_out))

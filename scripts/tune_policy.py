@@ -42,7 +42,6 @@ from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.evaluation.metrics import ndcg_at_k, recall_at_k
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
-from hyde_tutor.hyde.policy import STRONG_MODEL_POLICY
 from hyde_tutor.hyde.requests import render_recording
 from hyde_tutor.llm.backends import replay_backend
 from hyde_tutor.retrieval.retriever import Retriever

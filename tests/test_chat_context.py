@@ -5,7 +5,6 @@ Unit tests with FunctionModel; the slow test at the end drives a real chat with 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest

@@ -3,7 +3,6 @@ one result per document, the questions channel in the pipeline, and experiment a
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
-import pytest
 from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.models.function import FunctionModel
 from typer.testing import CliRunner
@@ -16,7 +14,6 @@ from hyde_tutor.plugin.chat import answer_turn, build_tutor_agent
 from hyde_tutor.cli import app
 from hyde_tutor.config import HydeSettings
 from hyde_tutor.errors import EmbedderError
-from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.hyde.hypotheses import HypothesisGenerator, HypothesisPrompts, MemoryCache
 from hyde_tutor.plugin.monitor import RetrievalRecord
 from hyde_tutor.llm.prompts import Perspective

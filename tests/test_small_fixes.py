@@ -13,7 +13,7 @@ from hyde_tutor import EdgeStore
 from hyde_tutor.config import Settings
 from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
 from hyde_tutor.retrieval.store import CollectionSpec
-from hyde_tutor.retrieval.store.edge import META_FILE, SHARD_DIR
+from hyde_tutor.retrieval.store.edge import META_FILE
 
 from .test_store import DOCS
 

@@ -5,7 +5,6 @@ The event log's contract (shared with the in-memory log) is in ``tests/test_even
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,12 +13,10 @@ from pydantic_ai.conversation_store import ConversationConflict
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from hyde_tutor.config import Settings
-from hyde_tutor.plugin.events import EventLog, ExperimentEvent, RatingEvent, TurnRecord
+from hyde_tutor.plugin.events import TurnRecord
 from hyde_tutor.plugin.monitor import RetrievalRecord
 from hyde_tutor.plugin.sqlconversations import SqlConversationStore
-from hyde_tutor.plugin.sqlstore import SqlDatabase, SqlEventLog, database_url, open_event_log
-
-from .pg_cluster import pg_cluster
+from hyde_tutor.plugin.sqlstore import SqlDatabase, database_url, open_event_log
 
 
 def _turn(turn_id: str = "t1", subject: str = "s1", **kw) -> TurnRecord:

@@ -16,7 +16,6 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from hyde_tutor import EdgeStore, Experiment, HydeSearchToolset, Monitor, TutorDeps, decide, hyde_capability
 from hyde_tutor.config import HydeSettings
-from hyde_tutor.errors import StoreUnavailableError
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
 from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents

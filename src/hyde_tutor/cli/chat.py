@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -41,7 +42,8 @@ def chat(
     except HydeTutorError as exc:
         fail(str(exc))
     hr = open_hyde(settings)
-    warm_up_in_background(hr, ("grammar", "docs"))  # while the first question is typed
+    stop_warm_up = threading.Event()
+    warming = warm_up_in_background(hr, ("grammar", "docs"), stop_warm_up)  # while the first question is typed
     monitor = Monitor(settings.data_dir / "metrics.jsonl" if settings.monitor.jsonl else None, settings.monitor.window)
     deps = TutorDeps(hr, ReloadableExperiment(), monitor, subject_id)
     chosen = default_chat_mode(llm) if mode == "auto" else mode
@@ -67,6 +69,8 @@ def chat(
         chat_loop(agent, deps, read, typer.echo, show_time=True, search_first=chosen == "retrieve-first",
                   stream=stream)
     finally:
+        stop_warm_up.set()
+        warming.join(60)  # a search in flight ends (the embedder's own wait is bounded) before the stores close
         monitor.flush()
         hr.close()
         llm.close()

@@ -119,7 +119,7 @@ def AgentReplayModel(turns: dict[str, AgentTurn], *, only_tool: str | None = Non
     else the first call renamed to it (counted in ``stats.rerouted``); its arguments that the tool lacks
     are dropped. Without it every recorded call is made.
     """
-    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
     from pydantic_ai.models.function import FunctionModel
 
     stats = stats if stats is not None else ReplayStats()

@@ -259,14 +259,17 @@ def ru_plural(n: int, one: str, few: str, many: str) -> str:
     return many
 
 
-def warm_up_in_background(hr: Any, collections: Sequence[str]) -> threading.Thread:
+def warm_up_in_background(hr: Any, collections: Sequence[str], stop: threading.Event | None = None) -> threading.Thread:
     """Load the embedder, the Korean analyser and ``collections`` in a daemon thread while the learner types the
     first question (:meth:`HydeRetriever.warm_up`, the GC left as it is). Without it the chat's first follow-up
-    waited about 2 s for its search: the tutor's reply is the first Korean text, and kiwipiepy loads then. A
-    collection that fails is left for the turns to report."""
+    waited 2–3 s for its search: the tutor's reply is the first Korean text, and kiwipiepy loads then. A
+    collection that fails is left for the turns to report. ``stop`` (set before closing ``hr``, then join the
+    thread): no further collection is started."""
 
     def run() -> None:
         for collection in collections:
+            if stop is not None and stop.is_set():
+                return
             try:
                 hr.warm_up([collection], freeze_gc=False)
             except Exception as exc:  # noqa: BLE001 - a missing collection: the turn's own search says so

@@ -107,9 +107,10 @@ class ServedTutor:
                           experiment, arm, previous, prior[-1] if prior else None, tuple(history))
 
     async def warm_up(self, collection: str = "grammar") -> None:
-        """One plain search at startup, so the first learner does not wait for the embedder to load."""
+        """One plain search at startup, so the first learner does not wait for the embedder and the Korean analyser
+        (kiwipiepy loads on the first text with Hangul) to load."""
         try:
-            await asyncio.to_thread(self.retriever.warm_up, [collection], freeze_gc=False)  # and the Korean analyser
+            await self.retriever.search(collection, "привет 안녕하세요", top_k=1, use_hyde=False)
         except Exception as exc:  # noqa: BLE001 - a missing collection is reported by the turns themselves
             _log.warning("warm-up search of %r failed: %s", collection, type(exc).__name__)
 

@@ -109,7 +109,8 @@ def _validated(request: SearchRequest, tool: str, max_query_chars: int) -> Searc
     return request.replace(text=text, top_k=k, rerank_candidates=rerank)
 
 
-async def _search(deps: TutorDeps, tool: str, request: SearchRequest) -> tuple[dict[str, Any], HydeResult]:
+async def _search(deps: TutorDeps, tool: str, request: SearchRequest,
+                  keep_found: bool = True) -> tuple[dict[str, Any], HydeResult]:
     request = _validated(request, tool, deps.retriever.retrieval_settings.max_query_chars)
     collection = request.collection
     record: RetrievalRecord | None = None
@@ -134,7 +135,8 @@ async def _search(deps: TutorDeps, tool: str, request: SearchRequest) -> tuple[d
     _record(deps.monitor, record)
     if compact:
         deps.margins.setdefault(str(compact[0].get("id")), result.raw_margin)
-    deps.found.extend(compact)
+    if keep_found:
+        deps.found.extend(compact)
     return {"note": REFERENCE_NOTE, "results": compact, "used_hyde": result.used_hyde,
             "fallback_reason": result.fallback_reason}, result
 
@@ -145,12 +147,13 @@ async def search_for_context(deps: TutorDeps, tool: str, request: SearchRequest)
     return (await context_search(deps, tool, request))[0]
 
 
-async def context_search(deps: TutorDeps, tool: str, request: SearchRequest) -> tuple[list[dict[str, Any]],
-                                                                                       HydeResult | None]:
+async def context_search(deps: TutorDeps, tool: str, request: SearchRequest, *,
+                         keep_found: bool = True) -> tuple[list[dict[str, Any]], HydeResult | None]:
     """:func:`search_for_context` with the pipeline's result beside the entries (None when the search failed):
-    its hypotheses, its cost."""
+    its hypotheses, its cost. ``keep_found=False``: the entries are not added to ``deps.found`` (the caller
+    adds them, in its own order)."""
     try:
-        compact, result = await _search(deps, tool, request)
+        compact, result = await _search(deps, tool, request, keep_found)
     except ModelRetry:
         return [], None
     except ToolFailed as exc:

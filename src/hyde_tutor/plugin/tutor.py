@@ -24,10 +24,12 @@ from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
 
 from ..llm.prompts import load_prompt
+from ..retrieval.retriever import EncodedQueries
 from ..corpus.rendering import format_entries, reference_block
 from .toolset import HydeSearchToolset, TutorDeps, context_search, tool_request, tutor_instructions
 
-__all__ = ["HydeTutor", "RetrieveFirst", "TutorMode", "format_entries", "retrieve_step", "tutor_answer_instructions"]
+__all__ = ["HydeTutor", "RetrieveFirst", "TutorMode", "closest_first", "format_entries", "retrieve_step",
+           "tutor_answer_instructions"]
 
 GROUNDED_ENTRY_CHARS = 900
 """The found entries' text in a structured answer's prompt (the embedded model): 900 characters (about 480 prompt
@@ -51,14 +53,19 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
     max_chars: int = 1800
     """Cap on the entries' text: a small local model reads a long prompt slowly."""
     share_hypothesis: bool = True
-    """The first search's generated hypothesis is searched in the other collection too (as a ready hypothesis:
-    no second LLM call), so a turn costs one call instead of one per collection. False: each collection
-    generates its own (two calls a turn, measured no better: docs/MEASUREMENTS.md, "One call at the quality
-    of two")."""
+    """The first search's generated hypothesis is searched in the other collection too (as a ready hypothesis, so
+    that search's record names its source ``agent``; no second LLM call): a turn costs one call instead of one per
+    collection. False: each collection generates its own (two calls a turn, measured no better:
+    docs/MEASUREMENTS.md, "Retrieve-first at one call")."""
     order: Literal["closest", "listed"] = "closest"
     """Which collection is searched first, and so writes the turn's one hypothesis: ``closest``, the one whose
-    nearest entry is nearest to the message (one plain dense search per collection, a few milliseconds);
-    ``listed``, grammar then docs. The found entries keep the listed order either way."""
+    nearest entry is nearest to the message as typed (one plain dense search per collection, a few milliseconds,
+    made only when this turn will generate); ``listed``, grammar then docs. The found entries keep the listed order
+    either way."""
+
+    def __post_init__(self) -> None:
+        if self.order not in ("closest", "listed"):
+            raise ValueError(f"order must be 'closest' or 'listed', not {self.order!r}")
 
     def get_instructions(self) -> Any:
         return self._found_entries
@@ -70,24 +77,24 @@ class RetrieveFirst(AbstractCapability[TutorDeps]):
 
     async def search(self, deps: TutorDeps, question: str,
                      history: tuple[tuple[str, str], ...] = ()) -> list[dict[str, Any]]:
-        """The searches this step runs for ``question`` (a follow-up with the conversation in view)."""
+        """The searches this step runs for ``question`` (a follow-up with the conversation in view). Their entries
+        are added to ``deps.found`` in the listed order, whichever collection was searched first."""
         steps = [(tool, collection, k) for tool, collection, k in
                  (("grammar_search", self.grammar_collection, self.grammar_top_k),
                   ("docs_search", self.docs_collection, self.docs_top_k)) if collection and question]
-        searched = steps
-        if self.share_hypothesis and self.order == "closest" and len(steps) > 1:
-            searched = await closest_first(deps, steps, question)
-        mark = len(deps.found)  # each search appends its entries to deps.found, in the order searched
-        by_collection: dict[str, list[dict[str, Any]]] = {}
+        order = list(range(len(steps)))
+        if self.share_hypothesis and self.order == "closest" and len(steps) > 1 and await _will_generate(deps):
+            order = await closest_first(deps, steps, question)
+        entries_of: dict[int, list[dict[str, Any]]] = {}
         shared: str | None = None
-        for tool, collection, k in searched:
+        for i in order:
+            tool, collection, k = steps[i]
             request = tool_request(tool, collection, question, k, history=history, hypothesis=shared)
-            entries, result = await context_search(deps, tool, request)
-            by_collection[collection] = entries
+            entries_of[i], result = await context_search(deps, tool, request, keep_found=False)
             if self.share_hypothesis and shared is None and result is not None:
                 shared = next((h.text for h in result.hypotheses if h.source == "llm"), None)
-        found = [e for _, collection, _ in steps for e in by_collection.get(collection, [])]
-        deps.found[mark:] = found  # the listed order (grammar first), whichever collection was searched first
+        found = [e for i in range(len(steps)) for e in entries_of.get(i, [])]
+        deps.found.extend(found)
         return found
 
     async def _found_entries(self, ctx: RunContext[TutorDeps]) -> str:
@@ -117,20 +124,32 @@ PROBE_TIMEOUT_S = 2.0
 """How long :func:`closest_first` may take before the listed order is kept (an embedder that does not answer)."""
 
 
-async def closest_first(deps: TutorDeps, steps: list[tuple[str, str, int]], question: str,
-                        timeout_s: float = PROBE_TIMEOUT_S) -> list[tuple[str, str, int]]:
-    """``steps`` ordered by how near each collection's nearest entry is to ``question`` (the top score of one
-    plain dense search each, one encoding for all), nearest first. A collection whose probe fails goes last; a
-    probe that fails everywhere or takes over ``timeout_s`` keeps the given order. Never raises: the order only
-    decides which search writes the hypothesis."""
+async def _will_generate(deps: TutorDeps) -> bool:
+    """Whether this turn's searches may call the LLM (HyDE on for the subject): only then does the order matter."""
+    from .experiment import decide
+
+    try:
+        experiment = await deps.acurrent_experiment()
+        return decide(None, experiment, deps.subject_id, deps.retriever.policy.enabled).use_hyde
+    except Exception:  # noqa: BLE001 - a bad experiment file: the searches report it; the order does not matter
+        return False
+
+
+async def closest_first(deps: TutorDeps, steps: Sequence[tuple[str, str, int]], question: str,
+                        timeout_s: float = PROBE_TIMEOUT_S) -> list[int]:
+    """The indexes of ``steps``, ordered by how near each collection's nearest entry is to ``question`` (the top
+    score of one plain dense search each, one dense encoding for all), nearest first. A collection whose probe
+    fails goes last; a probe that fails everywhere or takes over ``timeout_s`` keeps the given order. Never
+    raises: the order only decides which search writes the hypothesis."""
     retriever = deps.retriever.retriever
-    scores: dict[str, float] = {}
+    scores: dict[int, float] = {}
 
     async def probe() -> None:
-        encoded = await retriever.aencode([question])
-        for _, collection, _ in steps:
+        dense = await asyncio.to_thread(retriever.dense.embed, [question])
+        encoded = EncodedQueries(dense=dense, sparse=[{}])
+        for i, (_, collection, _) in enumerate(steps):
             try:
-                scores[collection] = await asyncio.to_thread(_nearest, retriever, collection, encoded)
+                scores[i] = await asyncio.to_thread(_nearest, retriever, collection, encoded)
             except Exception as exc:  # an unavailable collection: its search will say so
                 _log.debug("hyde-tutor: the closeness probe of %s failed: %s", collection, exc)
 
@@ -138,7 +157,7 @@ async def closest_first(deps: TutorDeps, steps: list[tuple[str, str, int]], ques
         await asyncio.wait_for(probe(), timeout_s)
     except Exception as exc:  # the embedder failed or is slow: the searches themselves will say so
         _log.debug("hyde-tutor: the closeness probe failed (%s): the listed order is kept", type(exc).__name__)
-    return sorted(steps, key=lambda step: -scores.get(step[1], float("-inf")))  # stable: ties keep the order
+    return sorted(range(len(steps)), key=lambda i: -scores.get(i, float("-inf")))  # stable: ties keep the order
 
 
 def _nearest(retriever: Any, collection: str, encoded: Any) -> float:
