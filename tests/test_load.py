@@ -219,7 +219,12 @@ def test_the_chat_warms_up_in_the_background_and_a_missing_collection_does_not_s
     fresh = KoreanAwareAnalyzer()
     hr = HydeRetriever(Retriever(store, embedder, Bm25Encoder(fresh)), lambda d: None)  # type: ignore[arg-type, return-value]
     try:
-        thread = warm_up_in_background(hr, ("no-such-collection", "grammar"))
+        stopped = threading.Event()
+        stopped.set()  # the chat quit before the warm-up began: nothing is opened any more
+        thread = warm_up_in_background(hr, ("grammar",), stopped)
+        thread.join(60)
+        assert not hr.retriever.is_checked("grammar") and "_kiwi" not in vars(fresh)
+        thread = warm_up_in_background(hr, ("no-such-collection", "grammar"), threading.Event())
         thread.join(60)
         assert not thread.is_alive() and thread.daemon
         assert hr.retriever.is_checked("grammar") and "_kiwi" in vars(fresh)
