@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from hyde_tutor.config import Settings
 from hyde_tutor.corpus.ingest import IngestRequest, ingest_file
@@ -40,27 +39,10 @@ from hyde_tutor.llm.tokens import qwen_counter
 from hyde_tutor.retrieval.retriever import Retriever
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tune_policy import CachedDense  # noqa: E402  (the real embedder memoised by text: learners repeat questions)
+
 LABEL = "SIMULATION (simulated learners, recorded agent, outcomes from the qrels; not real learners)"
-
-
-class MemoDense:
-    """The real embedder's vectors memoised by text (learners ask the same eval questions many times)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.name, self.dim = inner, inner.name, inner.dim
-        self.memo: dict[str, np.ndarray] = {}
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        todo = [t for t in dict.fromkeys(texts) if t not in self.memo]
-        if todo:
-            for text, vec in zip(todo, self.inner.embed(todo), strict=True):
-                self.memo[text] = vec
-        return np.vstack([self.memo[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
-
-    def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if callable(close):
-            close()
 
 
 def build_retriever(data_dir: Path) -> HydeRetriever:
@@ -70,7 +52,7 @@ def build_retriever(data_dir: Path) -> HydeRetriever:
     for collection, path in (("grammar", ROOT / "data" / "grammar.jsonl"), ("docs", ROOT / "data" / "docs.jsonl")):
         if collection not in have:
             ingest_file(path, IngestRequest(collection=collection, progress=False), base.store, base.dense, base.sparse)
-    base.dense = MemoDense(base.dense)  # type: ignore[assignment]
+    base.dense = CachedDense(base.dense)  # type: ignore[assignment]
     return HydeRetriever.from_settings(settings, base)
 
 

@@ -103,6 +103,11 @@ class CachedDense:
                 self._memo[t] = v
         return np.vstack([self._memo[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
 
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
 
 @dataclass
 class Policy:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import BaseModel
 
 from hyde_tutor import Bm25Encoder, EdgeStore, KoreanAwareAnalyzer, QdrantClientStore, Retriever, UseEmbedder
 from hyde_tutor.plugin.sqlstore import SqlDatabase
@@ -148,6 +149,19 @@ def retriever(tmp_path: Path, hash_embedder: HashEmbedder, bm25: Bm25Encoder) ->
     r = Retriever(store, hash_embedder, bm25)
     yield r
     r.close()
+
+
+def setting_keys(model: type[BaseModel], prefix: str = "HYDE_") -> set[str]:
+    """Every environment variable of a settings model, walked here independently of the code that lists them
+    (``.env.example``, the generated configuration page)."""
+    keys: set[str] = set()
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            keys |= setting_keys(annotation, f"{prefix}{name.upper()}__")
+        else:
+            keys.add(f"{prefix}{name.upper()}")
+    return keys
 
 
 @pytest.fixture(scope="session")

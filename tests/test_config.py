@@ -1,28 +1,17 @@
 import re
 
 import pytest
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from hyde_tutor import Settings
 
-from .conftest import ROOT
-
-
-def _keys(model: type[BaseModel], prefix: str = "HYDE_") -> set[str]:
-    keys: set[str] = set()
-    for name, field in model.model_fields.items():
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            keys |= _keys(ann, f"{prefix}{name.upper()}__")
-        else:
-            keys.add(f"{prefix}{name.upper()}")
-    return keys
+from .conftest import ROOT, setting_keys
 
 
 def test_env_example_documents_every_setting() -> None:
     text = (ROOT / ".env.example").read_text(encoding="utf-8")
     listed = set(re.findall(r"^#?\s*(HYDE_[A-Z0-9_]+)=", text, flags=re.M))
-    assert listed == _keys(Settings)
+    assert listed == setting_keys(Settings)
 
 
 def test_nested_env_and_dotenv(isolated_env, monkeypatch) -> None:

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from hyde_tutor import Settings
 
-from .conftest import DATA, ROOT
+from .conftest import DATA, ROOT, setting_keys
 from .examples import all_examples, example, run
 
 
@@ -24,18 +24,6 @@ def _settings_doc():
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
-
-
-def setting_keys(model: type[BaseModel], prefix: str = "HYDE_") -> set[str]:
-    """Every environment variable of ``model``, walked here independently of the page generator."""
-    keys: set[str] = set()
-    for name, field in model.model_fields.items():
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            keys |= setting_keys(annotation, f"{prefix}{name.upper()}__")
-        else:
-            keys.add(f"{prefix}{name.upper()}")
-    return keys
 
 
 def undocumented(settings: type[BaseModel], page: str, env_example: str) -> dict[str, list[str]]:

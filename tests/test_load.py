@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -177,12 +178,13 @@ def test_an_embedder_process_that_cannot_load_says_why() -> None:
     broken.close()
 
 
-def test_warm_up_opens_the_collections_and_freezes_what_is_alive(tmp_path: Path, bm25) -> None:
-    import gc
-
+def _cold_retriever(tmp_path: Path, bm25: Any) -> tuple[Any, HashEmbedder, Any]:
+    """A HydeRetriever over one ingested grammar entry, with nothing loaded yet: its Korean analyser has not read
+    a Korean text (kiwipiepy would load on the first, about 2 s) and its collection is not opened. Returns the
+    retriever, its embedder and that analyser."""
+    from hyde_tutor import Bm25Encoder, KoreanAwareAnalyzer
     from hyde_tutor.corpus.documents import Document
     from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
-    from hyde_tutor import Bm25Encoder, KoreanAwareAnalyzer
     from hyde_tutor.hyde import HydeRetriever
     from hyde_tutor.retrieval.retriever import Retriever
     from hyde_tutor.retrieval.store.edge import EdgeStore
@@ -190,8 +192,15 @@ def test_warm_up_opens_the_collections_and_freezes_what_is_alive(tmp_path: Path,
     store, embedder = EdgeStore(tmp_path), HashEmbedder()
     ingest_documents([Document("g1", "-고 싶다 хотеть", {"pattern": "-고 싶다"})],
                      IngestRequest(collection="grammar", progress=False), store, embedder, bm25)
-    fresh = KoreanAwareAnalyzer()  # kiwipiepy not loaded yet: the first Korean text would load it (about 2 s)
+    fresh = KoreanAwareAnalyzer()
     hr = HydeRetriever(Retriever(store, embedder, Bm25Encoder(fresh)), lambda d: None)  # type: ignore[arg-type, return-value]
+    return hr, embedder, fresh
+
+
+def test_warm_up_opens_the_collections_and_freezes_what_is_alive(tmp_path: Path, bm25) -> None:
+    import gc
+
+    hr, embedder, fresh = _cold_retriever(tmp_path, bm25)
     calls, frozen = embedder.calls, gc.get_freeze_count()
     try:
         hr.warm_up(["grammar"], freeze_gc=False)
@@ -205,19 +214,9 @@ def test_warm_up_opens_the_collections_and_freezes_what_is_alive(tmp_path: Path,
 
 
 def test_the_chat_warms_up_in_the_background_and_a_missing_collection_does_not_stop_it(tmp_path: Path, bm25) -> None:
-    from hyde_tutor import Bm25Encoder, KoreanAwareAnalyzer
-    from hyde_tutor.corpus.documents import Document
-    from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
-    from hyde_tutor.hyde import HydeRetriever
     from hyde_tutor.plugin.chat import warm_up_in_background
-    from hyde_tutor.retrieval.retriever import Retriever
-    from hyde_tutor.retrieval.store.edge import EdgeStore
 
-    store, embedder = EdgeStore(tmp_path), HashEmbedder()
-    ingest_documents([Document("g1", "-고 싶다 хотеть", {"pattern": "-고 싶다"})],
-                     IngestRequest(collection="grammar", progress=False), store, embedder, bm25)
-    fresh = KoreanAwareAnalyzer()
-    hr = HydeRetriever(Retriever(store, embedder, Bm25Encoder(fresh)), lambda d: None)  # type: ignore[arg-type, return-value]
+    hr, _, fresh = _cold_retriever(tmp_path, bm25)
     try:
         stopped = threading.Event()
         stopped.set()  # the chat quit before the warm-up began: nothing is opened any more
