@@ -45,13 +45,14 @@ def _scores(turns: Sequence[TurnRecord]) -> list[list[float]]:
     return list(scores.values())
 
 
-def decision_text(diff: SequentialDifference | None, learners: int, metric: str = PRIMARY) -> str:
+def decision_text(diff: SequentialDifference | None, learners: int, metric: str = PRIMARY,
+                  alpha: float = ALPHA) -> str:
     """``HyDE better / worse / no difference shown yet, always-valid, after N learners`` (and the interval)."""
     said = verdict(diff, metric in LOWER_IS_BETTER)
     head = f"HyDE {said}" if said != "no difference shown yet" else said
     if diff is None:
         return f"{head} (always-valid; too few learners per arm for an interval), after {learners} learners"
-    return (f"{head} (always-valid {1 - ALPHA:.0%}, {metric}: hyde − raw {diff.value:+.3f} "
+    return (f"{head} (always-valid {(1 - alpha) * 100:.0f} %, {metric}: hyde − raw {diff.value:+.3f} "
             f"[{diff.low:+.3f}, {diff.high:+.3f}]), after {learners} learners")
 
 
@@ -88,5 +89,5 @@ def always_valid_readout(treatment: Sequence[TurnRecord], control: Sequence[Turn
         "differences": {name: d.as_dict() | {"role": "primary" if name == primary else "secondary"}
                         for name, d in diffs.items() if d is not None},
         "decision": {"metric": primary, "verdict": said, "learners": learners,
-                     "text": decision_text(primary_diff, learners, primary)},
+                     "text": decision_text(primary_diff, learners, primary, alpha)},
     }

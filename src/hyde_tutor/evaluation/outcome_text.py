@@ -99,7 +99,7 @@ def _always_valid(readout: dict[str, Any] | None) -> list[str]:
     if not readout:
         return []
     lines = [f"DECISION: {readout['decision']['text']}",
-             f"always-valid {1 - readout['alpha']:.0%} hyde − raw ({readout['method']}; mixture tuned for "
+             f"always-valid {(1 - readout['alpha']) * 100:.0f} % hyde − raw ({readout['method']}; mixture tuned for "
              f"{readout['planned_learners']} learners; {readout['references'][0].split(',')[0]} et al. 2021, "
              f"{readout['references'][1].split(',')[0]} et al. 2024, {readout['references'][2].split(',')[0]} et al. "
              f"2022); {readout['read']}:"]
