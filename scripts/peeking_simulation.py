@@ -153,7 +153,8 @@ def check_against_report(learners: list[dict[str, Any]], columns: dict[str, dict
         for j, q in enumerate(x["q"]):
             top = bool(column["top"][q])
             turn = TurnRecord(turn_id=f"{i}-{j}", subject=f"learner-{i}", conversation_id=f"{i}-{j}",
-                              experiment="peeking", arm=x["arm"], timestamp=2.0 + i, grounded=bool(column["grounded"][q]),
+                              experiment="peeking", arm=x["arm"], timestamp=2.0 + i,
+                              grounded=bool(column["grounded"][q]),
                               rephrase=(not top) and bool(x["rephrases"][j]),
                               judge_score=float(column["judge"][q]) if x["judged"][j] else None)
             log.add_turn(turn)

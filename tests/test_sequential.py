@@ -11,6 +11,9 @@ import random
 import numpy as np
 import pytest
 
+from typer.testing import CliRunner
+
+from hyde_tutor.cli import app
 from hyde_tutor.evaluation.abreport import format_outcome_report, outcome_report
 from hyde_tutor.evaluation.abstats import clustered_proportion, newcombe_difference
 from hyde_tutor.evaluation.sequential import (always_valid_difference, always_valid_multiplier, mean_se,
@@ -157,7 +160,7 @@ def test_always_valid_interval_covers_at_every_look(p_hyde: float, p_raw: float)
 # -- the readout in the report -------------------------------------------------------------------------
 
 
-def _log(n: int, p_hyde: float, p_raw: float, seed: int) -> MemoryEventLog:
+def _log(n: int, p_hyde: float, p_raw: float, seed: int, keep_raw: float = 1.0) -> MemoryEventLog:
     rng = random.Random(seed)
     experiment = Experiment("e", hyde_share=0.5)
     log = MemoryEventLog()
@@ -165,6 +168,8 @@ def _log(n: int, p_hyde: float, p_raw: float, seed: int) -> MemoryEventLog:
                                              timestamp=1000.0))
     for i in range(n):
         subject, arm = f"l-{seed}-{i}", experiment.arm(f"l-{seed}-{i}")
+        if arm == "raw" and rng.random() > keep_raw:
+            continue
         for j in range(3):
             good = rng.random() < (p_hyde if arm == "hyde" else p_raw)
             turn = TurnRecord(turn_id=f"{subject}-{j}", subject=subject, conversation_id=subject, experiment="e",
@@ -199,3 +204,25 @@ def test_report_gives_one_decision_line_in_text_and_json() -> None:
 def test_a_worse_hyde_arm_reads_worse() -> None:
     worse = outcome_report(_log(400, 0.45, 0.8, seed=3))
     assert worse["decision"]["verdict"] == "worse" and worse["decision"]["text"].startswith("HyDE worse")
+
+
+def test_a_broken_split_says_not_to_read_the_decision() -> None:
+    report = outcome_report(_log(800, 0.85, 0.5, seed=4, keep_raw=0.6))
+    assert report["periods"][0]["srm"]["mismatch"]
+    assert report["decision"]["srm_mismatch"] and report["decision"]["text"].startswith("DO NOT READ (sample ratio")
+
+
+def test_ab_report_cli_prints_the_decision_in_text_and_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    log = _log(300, 0.85, 0.5, seed=5)
+    fake = types.ModuleType("hyde_tutor.plugin.sqlstore")
+    fake.open_event_log = lambda url: log  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "hyde_tutor.plugin.sqlstore", fake)
+    runner = CliRunner()
+    data = json.loads(runner.invoke(app, ["ab-report", "--db", "sqlite:///x.db", "--json"]).output)
+    assert data["decision"]["verdict"] == "better" and "after 300 learners" in data["decision"]["text"]
+    assert data["periods"][0]["always_valid"]["differences"]["thumbs_up"]["excludes_zero"]
+    text = runner.invoke(app, ["ab-report", "--db", "sqlite:///x.db"]).output
+    assert text.splitlines()[1] == f"DECISION (period 1): {data['decision']['text']}"

@@ -58,8 +58,8 @@ def decision_text(diff: SequentialDifference | None, learners: int, metric: str 
 
 def always_valid_readout(treatment: Sequence[TurnRecord], control: Sequence[TurnRecord],
                          proportions: Mapping[str, tuple[Callable[[TurnRecord], bool | None], str]], *,
-                         planned: int = PLANNED_LEARNERS, alpha: float = ALPHA,
-                         primary: str = PRIMARY) -> dict[str, Any]:
+                         planned: int = PLANNED_LEARNERS, alpha: float = ALPHA, primary: str = PRIMARY,
+                         srm_mismatch: bool = False) -> dict[str, Any]:
     """The hyde − raw differences (``treatment`` − ``control``) with always-valid intervals, and the decision.
 
     Args:
@@ -69,6 +69,7 @@ def always_valid_readout(treatment: Sequence[TurnRecord], control: Sequence[Turn
         planned: the learners the mixture is tuned for (fixed before the experiment).
         alpha: 1 - the time-uniform coverage.
         primary: the outcome the decision is read from; the others are marked secondary.
+        srm_mismatch: the period's split is broken: the decision says not to read it.
 
     Returns:
         ``{"method", "references", "alpha", "planned_learners", "rho", "min_learners_per_arm", "read",
@@ -82,12 +83,15 @@ def always_valid_readout(treatment: Sequence[TurnRecord], control: Sequence[Turn
     learners = len({t.subject for t in treatment}) + len({t.subject for t in control})
     primary_diff = diffs.get(primary)
     said = verdict(primary_diff, primary in LOWER_IS_BETTER)
+    text = decision_text(primary_diff, learners, primary, alpha)
+    if srm_mismatch:
+        text = f"DO NOT READ (sample ratio mismatch: the split is broken): {text}"
     return {
         "method": METHOD_NAME, "references": list(REFERENCES), "alpha": alpha, "planned_learners": planned,
         "rho": round(mixture_precision(planned, alpha), 4), "min_learners_per_arm": MIN_LEARNERS,
         "read": READ_WHILE_RUNNING, "learners": learners,
         "differences": {name: d.as_dict() | {"role": "primary" if name == primary else "secondary"}
                         for name, d in diffs.items() if d is not None},
-        "decision": {"metric": primary, "verdict": said, "learners": learners,
-                     "text": decision_text(primary_diff, learners, primary, alpha)},
+        "decision": {"metric": primary, "verdict": said, "learners": learners, "srm_mismatch": srm_mismatch,
+                     "text": text},
     }

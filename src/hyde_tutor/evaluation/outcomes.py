@@ -290,7 +290,8 @@ def outcome_report(log: EventLog, experiment: str | None = None, *, mde: float =
     for period, section in zip(periods, sections, strict=True):
         section["always_valid"] = always_valid_readout([t for t in period.turns if t.arm == TREATMENT],
                                                        [t for t in period.turns if t.arm == CONTROL], PROPORTIONS,
-                                                       planned=planned_learners)
+                                                       planned=planned_learners,
+                                                       srm_mismatch=section["srm"]["mismatch"])
     warnings = []
     for section in sections:
         srm = section["srm"]

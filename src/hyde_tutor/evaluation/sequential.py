@@ -34,7 +34,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .abstats import _ratio_variance
+from .abstats import ratio_variance
 
 __all__ = ("ALPHA", "PLANNED_LEARNERS", "MIN_LEARNERS", "METHOD_NAME", "REFERENCES", "SequentialDifference",
            "mixture_precision", "normal_mixture_boundary", "always_valid_multiplier", "msprt_log_lambda",
@@ -156,7 +156,7 @@ def proportion_se(successes: Sequence[int], trials: Sequence[int]) -> tuple[floa
     if not 0 <= hits <= total:
         raise ValueError(f"successes must be within 0..trials, got {hits} of {total}")
     p = hits / total
-    clustered = _ratio_variance([s for s, _ in pairs], [t for _, t in pairs], p)
+    clustered = ratio_variance([s for s, _ in pairs], [t for _, t in pairs], p)
     shrunk = (hits + 1) / (total + 2)
     return p, math.sqrt(max(clustered, shrunk * (1 - shrunk) / total)), len(pairs)
 
@@ -168,7 +168,7 @@ def mean_se(values_by_learner: Sequence[Sequence[float]]) -> tuple[float, float,
         return None
     n = sum(len(g) for g in groups)
     mean = sum(sum(g) for g in groups) / n
-    return mean, math.sqrt(_ratio_variance([sum(g) for g in groups], [len(g) for g in groups], mean)), len(groups)
+    return mean, math.sqrt(ratio_variance([sum(g) for g in groups], [len(g) for g in groups], mean)), len(groups)
 
 
 def _combine(a: tuple[float, float, int] | None, b: tuple[float, float, int] | None, alpha: float, planned: float,
