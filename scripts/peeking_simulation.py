@@ -80,19 +80,27 @@ def question_table(data_dir: Path) -> list[dict[str, Any]]:
 def _learners(rng: np.random.Generator, n: int, seed: int, questions: int) -> list[dict[str, Any]]:
     """The simulated learners of one seed: arm by the real Experiment, questions and draws by ``rng``."""
     split = Experiment("peeking", hyde_share=0.5)
+    takes = np.random.default_rng([seed, 1])  # its own stream: --dilute leaves the other draws as they are
     out = []
     for i in range(n):
         k = int(rng.integers(2, 7))
         out.append({"arm": split.arm(f"peek-learner-{seed}-{i:04d}"), "q": rng.integers(0, questions, k),
-                    "rated": rng.random(k) < 0.6, "rephrases": rng.random(k) < 0.5, "judged": rng.random(k) < 0.2})
+                    "rated": rng.random(k) < 0.6, "rephrases": rng.random(k) < 0.5, "judged": rng.random(k) < 0.2, "takes": takes.random(k)})
     return out
 
 
-def _outcomes(learner: dict[str, Any], column: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Per-learner counts of one learner under one treatment column (the table as arrays)."""
-    top = column["top"][learner["q"]]
-    grounded = column["grounded"][learner["q"]]
-    judge = column["judge"][learner["q"]]
+def _turns(learner: dict[str, Any], columns: dict[str, dict[str, np.ndarray]], treated: bool,
+           dilute: float = 1.0) -> dict[str, np.ndarray]:
+    """A learner's turns as arrays: the raw column's outcome of each question, or (``treated``) the HyDE
+    column's on the turns whose ``takes`` draw is below ``dilute`` (1: every turn; less: a smaller effect)."""
+    q = learner["q"]
+    hyde = treated & (learner["takes"] < dilute)
+    return {k: np.where(hyde, columns["hyde"][k][q], columns["raw"][k][q]) for k in ("top", "grounded", "judge")}
+
+
+def _outcomes(learner: dict[str, Any], turns: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Per-learner counts of one learner's turns."""
+    top, grounded, judge = turns["top"], turns["grounded"], turns["judge"]
     return {"thumbs_up": (int(top[learner["rated"]].sum()), int(learner["rated"].sum())),
             "grounded": (int(grounded.sum()), len(top)),
             "rephrase": (int((~top & learner["rephrases"]).sum()), len(top)),
@@ -122,11 +130,10 @@ def _excludes(interval: tuple[Any, Any]) -> int:
     return 0 if low is None or high is None else (1 if low > 0 else -1 if high < 0 else 0)
 
 
-def one_run(learners: list[dict[str, Any]], columns: dict[str, dict[str, np.ndarray]], hyde_column: str,
+def one_run(learners: list[dict[str, Any]], columns: dict[str, dict[str, np.ndarray]], dilute: float,
             looks: int, step: int) -> dict[str, dict[str, list[int]]]:
     """Per metric and interval kind, the sign of the interval (+1, -1, 0) at each look."""
-    rows = [(x["arm"], _outcomes(x, columns[hyde_column] if x["arm"] == "hyde" else columns["raw"]))
-            for x in learners]
+    rows = [(x["arm"], _outcomes(x, _turns(x, columns, x["arm"] == "hyde", dilute))) for x in learners]
     signs: dict[str, dict[str, list[int]]] = {m: {"fixed": [], "always_valid": []} for m in METRICS}
     for look in range(1, looks + 1):
         seen = rows[: look * step]
@@ -149,19 +156,19 @@ def check_against_report(learners: list[dict[str, Any]], columns: dict[str, dict
     log.add_experiment_event(ExperimentEvent(change="start", experiment="peeking", hyde_share=0.5, enabled=True,
                                              timestamp=1.0))
     for i, x in enumerate(learners):
-        column = columns[x["arm"]]
-        for j, q in enumerate(x["q"]):
-            top = bool(column["top"][q])
+        turns = _turns(x, columns, x["arm"] == "hyde")
+        for j in range(len(x["q"])):
+            top = bool(turns["top"][j])
             turn = TurnRecord(turn_id=f"{i}-{j}", subject=f"learner-{i}", conversation_id=f"{i}-{j}",
                               experiment="peeking", arm=x["arm"], timestamp=2.0 + i,
-                              grounded=bool(column["grounded"][q]),
+                              grounded=bool(turns["grounded"][j]),
                               rephrase=(not top) and bool(x["rephrases"][j]),
-                              judge_score=float(column["judge"][q]) if x["judged"][j] else None)
+                              judge_score=float(turns["judge"][j]) if x["judged"][j] else None)
             log.add_turn(turn)
             if x["rated"][j]:
                 log.add_rating(RatingEvent(turn_id=turn.turn_id, subject=turn.subject, rating=1 if top else -1))
     period = outcome_report(log)["periods"][0]
-    rows = [(x["arm"], _outcomes(x, columns[x["arm"]])) for x in learners]
+    rows = [(x["arm"], _outcomes(x, _turns(x, columns, x["arm"] == "hyde"))) for x in learners]
     fixed, seq = _intervals([o for a, o in rows if a == "hyde"], [o for a, o in rows if a == "raw"], "thumbs_up")
     report_fixed = period["by_assigned_arm"]["differences"]["thumbs_up"]
     report_seq = period["always_valid"]["differences"]["thumbs_up"]
@@ -209,10 +216,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     for seed in range(args.seed, args.seed + args.seeds):
         learners = _learners(np.random.default_rng(seed), args.looks * args.step, seed, len(table))
-        aa.append(one_run(learners, columns, "raw", args.looks, args.step))  # A/A: both arms on plain search
-        ab.append(one_run(learners, columns, "hyde", args.looks, args.step))
+        aa.append(one_run(learners, columns, 0.0, args.looks, args.step))  # A/A: both arms on plain search
+        ab.append(one_run(learners, columns, args.dilute, args.looks, args.step))
     return {"label": LABEL, "source": source, "seconds": round(time.perf_counter() - started, 1),
-            "seeds": args.seeds, "first_seed": args.seed, "looks": args.looks, "step": args.step,
+            "seeds": args.seeds, "first_seed": args.seed, "dilute": args.dilute, "looks": args.looks, "step": args.step,
             "planned_learners_of_the_mixture": PLANNED_LEARNERS,
             "per_question_top_relevant": {arm: float(columns[arm]["top"].mean()) for arm in ARMS},
             "questions": len(table), "check_against_report": check, "question_table": table,
@@ -236,8 +243,11 @@ def render(out: dict[str, Any]) -> str:
         f, s = out["a_a"][metric]["fixed"], out["a_a"][metric]["always_valid"]
         lines.append(f"  {metric:<18}{f['ever_excludes_zero']:>12.1%}{s['ever_excludes_zero']:>14.1%}"
                      f"{f['excludes_zero_at_last_look']:>24.1%}")
-    lines += ["", "HyDE vs raw: learners until the interval first excludes 0 (median over the runs that get there), "
-              f"and the share of runs that get there by {by} learners",
+    dilute = out.get("dilute", 1.0)
+    effect = dilute * (out["per_question_top_relevant"]["hyde"] - out["per_question_top_relevant"]["raw"])
+    lines += ["", f"HyDE vs raw{f' (diluted: {dilute:.0%} of the HyDE arm treated)' if dilute < 1 else ''}, "
+              f"expected 👍 effect {effect:+.3f}: learners until the interval first excludes 0 (median over the runs "
+              f"that get there), and the share of runs that get there by {by} learners",
               f"  {'outcome':<18}{'fixed median':>14}{'fixed share':>13}{'always-valid median':>21}"
               f"{'always-valid share':>20}{'wrong sign':>12}"]
     for metric in METRICS:
@@ -255,6 +265,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--looks", type=int, default=40)
     ap.add_argument("--step", type=int, default=25, help="Learners between looks.")
+    ap.add_argument("--dilute", type=float, default=1.0,
+                    help="Share of the HyDE arm's turns that get the HyDE column (the rest the raw one): a smaller "
+                         "effect, as a served experiment's will be. The A/A run is unchanged.")
     ap.add_argument("--data-dir", help="Where to ingest the corpora for the question table (default: a temp folder).")
     ap.add_argument("--table", type=Path, help="Reuse the question table of a JSON this script wrote.")
     ap.add_argument("--json", type=Path, help="Write the figures (and the question table) here.")
