@@ -180,7 +180,8 @@ def test_report_json_shape_cost_and_power() -> None:
     assert json.loads(json.dumps(report, allow_nan=False)) == report  # JSON-ready: no NaN, no infinity
     assert set(report) >= {"experiment", "mde", "method", "turns", "learners", "periods", "warnings"}
     period = report["periods"][0]
-    assert set(period) == {"period", "learners", "turns", "by_assigned_arm", "by_treatment_received", "srm", "power"}
+    assert set(period) == {"period", "learners", "turns", "by_assigned_arm", "by_treatment_received", "srm", "power",
+                           "always_valid"}
     hyde = period["by_assigned_arm"]["arms"]["hyde"]
     for name in ("thumbs_up", "rating_coverage", "judged_relevance", "grounded", "rephrase", "failed"):
         assert set(hyde[name]) == {"value", "low", "high", "n", "learners", "deff"}

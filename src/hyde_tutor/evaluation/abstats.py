@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-__all__ = ("Estimate", "wilson", "clustered_proportion", "clustered_mean", "newcombe_difference",
+__all__ = ("Estimate", "wilson", "ratio_variance", "clustered_proportion", "clustered_mean", "newcombe_difference",
            "mean_difference", "chi2_sf", "srm_check", "required_total", "Z95")
 
 Z95 = NormalDist().inv_cdf(0.975)
@@ -64,7 +64,7 @@ def wilson(successes: float, n: float, z: float = Z95) -> tuple[float, float, fl
     return p, max(0.0, centre - half), min(1.0, centre + half)
 
 
-def _ratio_variance(sums: Sequence[float], sizes: Sequence[int], ratio: float) -> float:
+def ratio_variance(sums: Sequence[float], sizes: Sequence[int], ratio: float) -> float:
     """Learner-clustered variance of ``Σ sums / Σ sizes`` (ratio estimator, ``k / (k - 1)`` factor)."""
     k, total = len(sizes), float(sum(sizes))
     residuals = sum((s - ratio * m) ** 2 for s, m in zip(sums, sizes, strict=True))
@@ -86,7 +86,7 @@ def clustered_proportion(successes: Sequence[int], trials: Sequence[int], z: flo
     p = hits / n
     deff = 1.0
     if len(pairs) >= 2 and 0 < p < 1:
-        clustered = _ratio_variance([s for s, _ in pairs], [t for _, t in pairs], p)
+        clustered = ratio_variance([s for s, _ in pairs], [t for _, t in pairs], p)
         deff = max(1.0, clustered / (p * (1 - p) / n))
     n_eff = n / deff
     _, low, high = wilson(p * n_eff, n_eff, z)
@@ -107,7 +107,7 @@ def clustered_mean(values_by_learner: Sequence[Sequence[float]], z: float = Z95,
     mean = sum(sum(g) for g in groups) / n
     if len(groups) < 2:
         return Estimate(mean, None, None, n, len(groups)), None
-    se = math.sqrt(_ratio_variance([sum(g) for g in groups], [len(g) for g in groups], mean))
+    se = math.sqrt(ratio_variance([sum(g) for g in groups], [len(g) for g in groups], mean))
     low, high = mean - z * se, mean + z * se
     if bounds is not None:
         low, high = max(bounds[0], low), min(bounds[1], high)

@@ -94,11 +94,32 @@ def _power(power: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _always_valid(readout: dict[str, Any] | None) -> list[str]:
+    """The always-valid block: the decision line, which interval to read when, each outcome's sequence."""
+    if not readout:
+        return []
+    lines = [f"DECISION: {readout['decision']['text']}",
+             f"always-valid {(1 - readout['alpha']) * 100:.0f} % hyde − raw ({readout['method']}; mixture tuned for "
+             f"{readout['planned_learners']} learners; {readout['references'][0].split(',')[0]} et al. 2021, "
+             f"{readout['references'][1].split(',')[0]} et al. 2024, {readout['references'][2].split(',')[0]} et al. "
+             f"2022); {readout['read']}:"]
+    for metric in OUTCOMES:
+        d = readout["differences"].get(metric)
+        text = "— (too few learners per arm)" if d is None else (
+            f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] p = {d['p_value']:.3g}"
+            + (" *" if d["excludes_zero"] else ""))
+        role = "primary" if d is not None and d["role"] == "primary" else "secondary"
+        lines.append(f"  {_pad(LABELS[metric], 18)}{text:<44}{role}")
+    return lines
+
+
 def format_outcome_report(report: dict[str, Any]) -> str:
     """A readable rendering of :func:`~hyde_tutor.evaluation.outcomes.outcome_report`'s dict."""
     lines = [f"experiment {report['experiment'] or '(none named)'}: {report['learners']} learners, "
              f"{report['turns']} turns, {len(report['periods'])} period(s)"]
     lines += [f"WARNING: {w}" for w in report["warnings"]]
+    if report.get("decision"):
+        lines.append(f"DECISION (period {report['decision']['period']}): {report['decision']['text']}")
     for section in report["periods"]:
         period = section["period"]
         share = "unknown (checked against 0.5)" if period["hyde_share"] is None else f"{period['hyde_share']:.0%}"
@@ -107,6 +128,7 @@ def format_outcome_report(report: dict[str, Any]) -> str:
                   f"{section['turns']} turns", _srm(section["srm"]), ""]
         lines += _view(section["by_assigned_arm"], "by assigned arm (intention to treat), 95 % intervals "
                        "clustered by learner; * = the interval excludes 0")
+        lines += [""] + _always_valid(section.get("always_valid"))
         lines += [""] + _view(section["by_treatment_received"], "by treatment received (hyde = HyDE attempted in "
                               "a search of the turn; secondary)")
         lines += [""] + _cost_and_latency(section["by_assigned_arm"]) + [""] + _power(section["power"])

@@ -23,6 +23,8 @@ from ..plugin.events import EventLog, ExperimentEvent, TurnRecord
 from ..plugin.monitor import RetrievalRecord
 from .abstats import (SRM_ALPHA, Estimate, clustered_mean, clustered_proportion, mean_difference,
                       newcombe_difference, required_total, srm_check)
+from .always_valid import always_valid_readout
+from .sequential import METHOD_NAME, PLANNED_LEARNERS, REFERENCES
 
 __all__ = ("Period", "split_periods", "outcome_report", "PROPORTIONS", "METHOD")
 
@@ -50,6 +52,8 @@ METHOD = {
     "srm": f"χ² of enrolled learners per arm against the period's configured share; mismatch below p = {SRM_ALPHA}",
     "power": "two-sided two-proportion z-test, α = 0.05, power 0.8, base rate = the raw arm's observed rate, "
              "turns scaled to learners by turns per learner and the design effect",
+    "always_valid": f"hyde − raw also as an always-valid 95 % interval: {METHOD_NAME}, learner-clustered "
+                    f"(se from the learner clusters, n = learners); {REFERENCES[0]}; {REFERENCES[1]}; {REFERENCES[2]}",
     "cost": "per turn: agent tokens in/out (hypothesis tokens are part of the agent's output), HyDE generation "
             "calls and tokens from the turn's retrievals, judge calls and tokens",
 }
@@ -254,18 +258,23 @@ def _experiment_name(log: EventLog, experiment: str | None) -> str | None:
     return named.most_common(1)[0][0] if named else None
 
 
-def outcome_report(log: EventLog, experiment: str | None = None, *, mde: float = 0.05) -> dict[str, Any]:
+def outcome_report(log: EventLog, experiment: str | None = None, *, mde: float = 0.05,
+                   planned_learners: int = PLANNED_LEARNERS) -> dict[str, Any]:
     """The A/B outcome report of one experiment in ``log``, as a JSON-ready dict.
 
     Args:
         log: the event log (the server's SQL one, or a :class:`~hyde_tutor.plugin.events.MemoryEventLog`).
         experiment: its name; ``None``: the experiment of the latest experiment event (else of most turns).
         mde: the absolute difference of proportions the power figures are for (0.05 = 5 points).
+        planned_learners: the learners the always-valid intervals' mixture is tuned for (set before the
+            experiment; any value keeps them valid).
 
     Returns:
         ``{"experiment", "generated_at", "mde", "method", "turns", "learners", "turns_outside_periods",
         "periods": [...], "warnings": [...]}``; each period holds ``by_assigned_arm`` and
-        ``by_treatment_received`` (``arms`` and hyde − raw ``differences``), ``srm`` and ``power``.
+        ``by_treatment_received`` (``arms`` and hyde − raw ``differences``), ``srm``, ``power`` and
+        ``always_valid`` (the differences as confidence sequences and the ``decision``); the report's
+        ``decision`` is the latest period's.
     """
     if not 0 < mde < 1:
         raise ValueError(f"mde is an absolute difference of proportions within 0..1, got {mde}")
@@ -278,6 +287,11 @@ def outcome_report(log: EventLog, experiment: str | None = None, *, mde: float =
             retrievals[turn_id].append(record)
     periods, outside = split_periods(events, turns)
     sections = [_period_section(p, retrievals, mde) for p in periods]
+    for period, section in zip(periods, sections, strict=True):
+        section["always_valid"] = always_valid_readout([t for t in period.turns if t.arm == TREATMENT],
+                                                       [t for t in period.turns if t.arm == CONTROL], PROPORTIONS,
+                                                       planned=planned_learners,
+                                                       srm_mismatch=section["srm"]["mismatch"])
     warnings = []
     for section in sections:
         srm = section["srm"]
@@ -292,4 +306,5 @@ def outcome_report(log: EventLog, experiment: str | None = None, *, mde: float =
         warnings.append(f"{outside} turns fall outside every period (asked while the experiment was stopped).")
     return {"experiment": name, "generated_at": time.time(), "mde": mde, "method": METHOD, "turns": len(turns),
             "learners": len({t.subject for t in turns}), "turns_outside_periods": outside, "periods": sections,
-            "warnings": warnings}
+            "warnings": warnings, "decision": sections[-1]["always_valid"]["decision"] | {
+                "period": sections[-1]["period"]["index"]} if sections else None}
