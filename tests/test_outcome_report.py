@@ -485,3 +485,19 @@ def test_the_outcome_chart_draws_the_reports_figures(tmp_path: Path, monkeypatch
     p50 = [b.get_height() for b in latency.patches if b.get_gid() == "p50"]
     assert p50 == pytest.approx([arms[a]["latency_ms"]["turn"]["p50"] / 1000 for a in ("hyde", "raw")])
     assert latency.get_ylabel() == "seconds per turn"
+
+
+def test_the_outcome_chart_draws_a_rate_of_zero() -> None:
+    """Wilson's lower bound of 0 of 20 computes a hair above 0, above the rate: a negative error bar matplotlib
+    refused (a served database with no failed turn could not be plotted)."""
+    from hyde_tutor.evaluation.plots import outcome_figure
+
+    log = _timed_out_log()
+    for i in range(8):  # 20 raw turns, none failed
+        tid = f"extra-{i}"
+        log.add_turn(TurnRecord(turn_id=tid, subject=tid, conversation_id=tid, experiment="e", arm="raw", timestamp=2))
+    report = outcome_report(log)
+    arms = report["periods"][0]["by_assigned_arm"]["arms"]
+    assert arms["raw"]["failed"]["value"] == 0.0 and arms["raw"]["failed"]["low"] > 0.0  # the artefact
+    rates, _ = outcome_figure(report).axes
+    assert [b.get_height() for b in rates.patches if b.get_gid() == "raw"][-1] == 0.0

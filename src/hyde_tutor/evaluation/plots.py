@@ -123,7 +123,7 @@ def outcome_figure(report: Mapping[str, Any], period: int = -1) -> Any:
         low = np.array([v if e["low"] is None else e["low"] for e, v in zip(est, values, strict=True)], dtype=float)
         high = np.array([v if e["high"] is None else e["high"] for e, v in zip(est, values, strict=True)], dtype=float)
         rates.bar(x + (i - (len(arms) - 1) / 2) * width, values, width, label=f"{arm} ({rows[arm]['learners']})",
-                  yerr=[values - low, high - values], capsize=3, gid=arm)
+                  yerr=np.clip([values - low, high - values], 0, None), capsize=3, gid=arm)  # Wilson at 0: +1e-18
     rates.set_xticks(x, [label for _, label in OUTCOME_BARS])
     rates.set_ylim(0, 1.05)
     rates.set_ylabel("share of turns, 95 % interval")
