@@ -126,7 +126,7 @@ def outcome_figure(report: Mapping[str, Any], period: int = -1) -> Any:
                   yerr=np.clip([values - low, high - values], 0, None), capsize=3, gid=arm)  # Wilson at 0: +1e-18
     rates.set_xticks(x, [label for _, label in OUTCOME_BARS])
     rates.set_ylim(0, 1.05)
-    rates.set_ylabel("share of turns, 95 % interval")
+    rates.set_ylabel("rate, with its 95 % interval")
     rates.set_title("outcomes by assigned arm (learners)")
     rates.legend(fontsize=8)
     rates.grid(axis="y", alpha=0.3)
