@@ -97,10 +97,11 @@ def test_clustered_mean_and_its_interval() -> None:
 # -- the report over an event log ----------------------------------------------------------------------
 
 def _log(n_learners: int, p_hyde: float, p_raw: float, *, share: float = 0.5, seed: int = 0, turns_each: int = 3,
-         keep: float = 1.0, start: float = 1000.0) -> MemoryEventLog:
-    """Learners assigned by the real Experiment; a rating of 👍 with the arm's probability; one retrieval per turn."""
+         keep: float = 1.0, start: float = 1000.0, arms: tuple[str, ...] = ("raw", "hyde")) -> MemoryEventLog:
+    """Learners assigned by the real Experiment; a rating of 👍 with the arm's probability; one retrieval per turn
+    (HyDE attempted and used in the hyde arm)."""
     rng = random.Random(seed)
-    experiment = Experiment("e", hyde_share=share)
+    experiment = Experiment("e", hyde_share=share, arms=arms)
     log = MemoryEventLog()
     log.add_experiment_event(ExperimentEvent(change="start", experiment="e", hyde_share=share, enabled=True,
                                              timestamp=start))
@@ -117,7 +118,8 @@ def _log(n_learners: int, p_hyde: float, p_raw: float, *, share: float = 0.5, se
                               hypothesis_tokens=140 if arm == "hyde" else 0, judge_score=1.0 if good else 0.0)
             log.add_turn(turn)
             log.add_retrieval(RetrievalRecord("e", arm, arm == "hyde", "experiment", "grammar_search", "grammar",
-                                              stages_ms={"total_ms": 20.0}, results=5), turn.turn_id)
+                                              used_hyde=arm == "hyde", stages_ms={"total_ms": 20.0}, results=5),
+                              turn.turn_id)
             if rng.random() < 0.6:
                 log.add_rating(RatingEvent(turn_id=turn.turn_id, subject=subject, rating=1 if good else -1))
     return log
@@ -180,8 +182,8 @@ def test_report_json_shape_cost_and_power() -> None:
     assert json.loads(json.dumps(report, allow_nan=False)) == report  # JSON-ready: no NaN, no infinity
     assert set(report) >= {"experiment", "mde", "method", "turns", "learners", "periods", "warnings"}
     period = report["periods"][0]
-    assert set(period) == {"period", "learners", "turns", "by_assigned_arm", "by_treatment_received", "srm", "power",
-                           "always_valid"}
+    assert set(period) == {"period", "learners", "turns", "by_assigned_arm", "by_treatment_received", "hyde_searches",
+                           "srm", "power", "always_valid"}
     hyde = period["by_assigned_arm"]["arms"]["hyde"]
     for name in ("thumbs_up", "rating_coverage", "judged_relevance", "grounded", "rephrase", "failed"):
         assert set(hyde[name]) == {"value", "low", "high", "n", "learners", "deff"}
@@ -191,7 +193,136 @@ def test_report_json_shape_cost_and_power() -> None:
     assert set(period["by_treatment_received"]["arms"]) == {"hyde", "raw"}
     power = period["power"]["metrics"]["thumbs_up"]
     assert power["learners_needed"] > 200 and power["more_learners_needed"] == power["learners_needed"] - 200
-    assert power["turns_per_learner"] == pytest.approx(1.8, abs=0.2)
+    assert power["turns_per_learner"] == pytest.approx(1.8 / (1 - 0.4 ** 3), abs=0.2)  # rated turns per rater
+    # learners to ENROL: the rated turns needed, over the rated turns an enrolled learner brings (was: raters)
+    arms = period["by_assigned_arm"]["arms"]
+    rated = arms["hyde"]["thumbs_up"]["n"] + arms["raw"]["thumbs_up"]["n"]
+    raters = arms["hyde"]["thumbs_up"]["learners"] + arms["raw"]["thumbs_up"]["learners"]
+    turns = required_total(power["base_rate"], 0.05, 0.5) * power["deff"]
+    assert power["learners_needed"] == pytest.approx(turns * 200 / rated, abs=1.5)
+    assert power["contributing_share"] == pytest.approx(raters / 200, abs=1e-4) and raters < 200
+    assert power["learners_needed"] > math.ceil(turns / power["turns_per_learner"])  # more than the raters needed
+
+
+def _rated_by_few(enrolled: int, raters_per_arm: int) -> MemoryEventLog:
+    """``enrolled`` learners with two turns each; only the first ``raters_per_arm`` of each arm rate, both turns,
+    one 👍 and one 👎 (so every rate is 0.5 and no learner differs from another: deff exactly 1)."""
+    experiment = Experiment("e", hyde_share=0.5)
+    log = MemoryEventLog()
+    log.add_experiment_event(ExperimentEvent(change="start", experiment="e", hyde_share=0.5, enabled=True, timestamp=1))
+    rating: dict[str, int] = {"hyde": 0, "raw": 0}
+    for i in range(enrolled):
+        subject = f"learner-{i}"
+        arm = experiment.arm(subject)
+        rates = rating[arm] < raters_per_arm
+        rating[arm] += rates
+        for j in range(2):
+            turn = TurnRecord(turn_id=f"{subject}-{j}", subject=subject, conversation_id=subject, experiment="e",
+                              arm=arm, timestamp=2, grounded=True, rephrase=False)
+            log.add_turn(turn)
+            if rates:
+                log.add_rating(RatingEvent(turn_id=turn.turn_id, subject=subject, rating=1 if j == 0 else -1))
+    assert rating["hyde"] >= raters_per_arm and rating["raw"] >= raters_per_arm
+    return log
+
+
+def test_learners_needed_counts_enrolled_learners_not_the_few_who_rate() -> None:
+    """400 enrolled, 20 of them rate (both their turns, 0.5 👍, deff 1). From first principles: 0.5 vs 0.55 at an
+    even split needs (1.959964·√(0.525·0.475·4) + 0.841621·√(0.25·2 + 0.2475·2))² / 0.05² = 3129.3 rated turns;
+    40 rated turns came from 400 enrolled learners, 0.1 a learner, so 31,294 learners must be enrolled (30,894
+    more). The old figure was raters: ⌈3129.3 / 2⌉ = 1,565 "in all", 1,165 "more": twenty times too few."""
+    period = outcome_report(_rated_by_few(400, 10), mde=0.05)["periods"][0]
+    thumbs = period["power"]["metrics"]["thumbs_up"]
+    assert (thumbs["base_rate"], thumbs["deff"], thumbs["contributing_share"]) == (0.5, 1.0, 0.05)
+    assert thumbs["turns_needed"] == 3130 and required_total(0.5, 0.05) == pytest.approx(3129.34, abs=0.01)
+    assert thumbs["learners_needed"] == 31_294 and thumbs["more_learners_needed"] == 30_894
+    assert period["power"]["enrolled"] == 400
+    grounded = period["power"]["metrics"]["grounded"]  # every turn has it: every enrolled learner contributes
+    assert grounded["contributing_share"] == 1.0
+    text = format_outcome_report(outcome_report(_rated_by_few(400, 10), mde=0.05))
+    assert "31,294 learners in all (30,894 more)" in text and "5% of learners bring 2.0 each" in text
+
+
+def test_the_srm_check_tests_the_split_the_configured_arms_make() -> None:
+    """``HYDE_EXPERIMENT__ARMS=hyde,raw`` splits learners evenly whatever the share (only ``raw,hyde`` uses it):
+    checked against the 20 % share, a healthy even split was a SAMPLE RATIO MISMATCH."""
+    log = _log(600, 0.6, 0.6, share=0.2, seed=11, arms=("hyde", "raw"))
+    observed = outcome_report(log, arms=("hyde", "raw"))["periods"][0]["srm"]["observed"]
+    assert abs(observed["hyde"] - observed["raw"]) < 80  # learners did split evenly
+    report = outcome_report(log, arms=("hyde", "raw"))
+    period = report["periods"][0]
+    assert period["period"]["split"] == {"hyde": 0.5, "raw": 0.5}
+    assert period["srm"]["expected"] == {"hyde": 300.0, "raw": 300.0}
+    assert not period["srm"]["mismatch"] and not report["warnings"]
+    assert period["power"]["share"] == 0.5  # powered at the split the learners really get
+    assert "not used: the arms hyde,raw split evenly, hyde 50% / raw 50%" in format_outcome_report(report)
+    wrong = outcome_report(log)  # checked against the share (the raw,hyde split): the false alarm
+    assert wrong["periods"][0]["srm"]["mismatch"]
+    shared = outcome_report(_log(600, 0.6, 0.6, share=0.2, seed=11), arms=("raw", "hyde"))
+    assert shared["periods"][0]["period"]["split"] == {"raw": 0.8, "hyde": 0.2} and not shared["warnings"]
+
+
+def test_ab_report_checks_the_split_of_the_configured_arms(monkeypatch: pytest.MonkeyPatch) -> None:
+    log = _log(600, 0.6, 0.6, share=0.2, seed=11, arms=("hyde", "raw"))
+    fake = types.ModuleType("hyde_tutor.plugin.sqlstore")
+    fake.open_event_log = lambda url: log  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "hyde_tutor.plugin.sqlstore", fake)
+    monkeypatch.setenv("HYDE_EXPERIMENT__ARMS", "hyde,raw")
+    out = CliRunner().invoke(app, ["ab-report", "--db", "sqlite:///x.db", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert not data["warnings"] and data["periods"][0]["srm"]["expected"] == {"hyde": 300.0, "raw": 300.0}
+    monkeypatch.setenv("HYDE_EXPERIMENT__ARMS", "hyde,nope")
+    bad = CliRunner().invoke(app, ["ab-report", "--db", "sqlite:///x.db"])
+    assert bad.exit_code == 2 and "HYDE_EXPERIMENT__ARMS" in bad.output and "nope" in bad.output
+
+
+def _timed_out_log() -> MemoryEventLog:
+    """The served embedded model: every HyDE-arm search attempted HyDE; 9 of the hyde arm's 12 searches timed
+    out (fell back to raw), 1 had no usable hypothesis, 2 were shaped by HyDE."""
+    log = MemoryEventLog()
+    log.add_experiment_event(ExperimentEvent(change="start", experiment="e", hyde_share=0.5, enabled=True, timestamp=1))
+    outcomes = ["timeout"] * 9 + ["empty_hypotheses", None, None]
+    for i, reason in enumerate(outcomes):
+        for arm in ("hyde", "raw"):
+            tid = f"{arm}-{i}"
+            log.add_turn(TurnRecord(turn_id=tid, subject=tid, conversation_id=tid, experiment="e", arm=arm, timestamp=2,
+                                    grounded=arm == "raw" or reason is None))
+            hyde = arm == "hyde"
+            log.add_retrieval(RetrievalRecord("e", arm, hyde, "experiment", "grammar_search", "grammar",
+                                              used_hyde=hyde and reason is None,
+                                              fallback_reason=reason if hyde else None), tid)
+    return log
+
+
+def test_treatment_received_is_hyde_only_where_hyde_shaped_the_results() -> None:
+    """A search that attempted HyDE and timed out gave the raw treatment: "received" counted it as HyDE, so an
+    experiment where HyDE never shaped a result read as if HyDE hurt."""
+    report = outcome_report(_timed_out_log())
+    period = report["periods"][0]
+    received = {arm: row["turns"] for arm, row in period["by_treatment_received"]["arms"].items()}
+    assert received == {"hyde": 2, "raw": 22}
+    assert period["by_treatment_received"]["arms"]["hyde"]["grounded"]["value"] == 1.0
+    assert period["hyde_searches"]["hyde"] == {"searches": 12, "hyde_attempted": 12, "hyde_used": 2, "fell_back": 10,
+                                               "fallback_reasons": {"timeout": 9, "empty_hypotheses": 1}}
+    assert period["hyde_searches"]["raw"]["hyde_attempted"] == 0
+    text = format_outcome_report(report)
+    assert "hyde         12 searches, HyDE attempted in 12 → shaped 2; fell back in 10 (timeout 9, " \
+           "empty_hypotheses 1)" in text
+    assert "raw          12 searches, HyDE attempted in none" in text
+
+
+def test_the_primary_outcome_line_counts_the_outcomes_the_report_flags() -> None:
+    """METHOD spoke of four outcomes; the report gives six a hyde − raw interval (and a * mark)."""
+    from hyde_tutor.evaluation.outcomes import METHOD
+
+    report = outcome_report(_log(200, 0.7, 0.6, seed=6))
+    flagged = report["periods"][0]["by_assigned_arm"]["differences"]
+    n = len(flagged)
+    assert n == 6 and all("excludes_zero" in row for row in flagged.values())
+    assert f"{n} outcomes get a hyde − raw interval" in METHOD["primary"]
+    assert all(name in METHOD["primary"] for name in flagged)
+    assert f"about {1 - 0.95 ** n:.0%} of runs" in METHOD["primary"] and "26%" in METHOD["primary"]
 
 
 # -- the CLI -------------------------------------------------------------------------------------------
@@ -257,7 +388,8 @@ def test_treatment_received_follows_the_retrievals_and_unassigned_learners_stay_
         log.add_turn(TurnRecord(turn_id=subject, subject=subject, conversation_id=subject, experiment="e", arm=arm,
                                 timestamp=2, grounded=True))
         if used is not None:
-            log.add_retrieval(RetrievalRecord("e", arm, used, "explicit", "grammar_search", "grammar"), subject)
+            log.add_retrieval(RetrievalRecord("e", arm, used, "explicit", "grammar_search", "grammar", used_hyde=used),
+                              subject)
     period = outcome_report(log)["periods"][0]
     received = {arm: row["turns"] for arm, row in period["by_treatment_received"]["arms"].items()}
     assert received == {"hyde": 2, "raw": 2, "no search": 1}
@@ -294,3 +426,78 @@ def test_the_latency_line_keeps_a_long_arm_name_apart_from_its_figures() -> None
     text = format_outcome_report(outcome_report(log))
     (line,) = [ln for ln in text.splitlines() if ln.strip().startswith("unassigned") and " / " in ln and "|" in ln]
     assert line.split()[0] == "unassigned", line
+
+
+def _served_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A served database in HYDE_DATA_DIR: 12 learners, turns of 5 to 6 minutes (the embedded model's), rated."""
+    from hyde_tutor.config import Settings
+    from hyde_tutor.plugin.sqlstore import database_url, open_event_log
+
+    monkeypatch.setenv("HYDE_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("HYDE_SERVER__DATABASE_URL", raising=False)
+    for key in ("HYDE_EXPERIMENT__ARMS", "HYDE_EXPERIMENT__HYDE_SHARE"):
+        monkeypatch.delenv(key, raising=False)
+    log = open_event_log(Settings())
+    log.add_experiment_event(ExperimentEvent(change="start", experiment="e", hyde_share=0.5, enabled=True,
+                                             timestamp=1))
+    experiment = Experiment("e", hyde_share=0.5)
+    for i in range(12):
+        subject = f"s{i}"
+        for j in range(2):
+            tid = f"{subject}-{j}"
+            log.add_turn(TurnRecord(turn_id=tid, subject=subject, conversation_id=subject, experiment="e",
+                                    arm=experiment.arm(subject), timestamp=2, seconds=326.77 + i, first_token_s=14.9,
+                                    grounded=j == 0, rephrase=False))
+            log.add_rating(RatingEvent(turn_id=tid, subject=subject, rating=1 if (i + j) % 2 else -1))
+    log.close()
+    return database_url(Settings())
+
+
+def test_ab_report_plot_draws_the_served_database_and_turns_read_in_seconds(tmp_path: Path, monkeypatch) -> None:
+    """Was: ``ab-report --plot x.png`` on a served database said "No metrics file" (the plot was only for the
+    metrics JSONL), and a 5-minute turn printed as "326770.0" milliseconds."""
+    url = _served_db(tmp_path, monkeypatch)
+    chart = tmp_path / "charts" / "x.png"
+    out = CliRunner().invoke(app, ["ab-report", "--plot", str(chart)])
+    assert out.exit_code == 0, out.output
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"chart: {chart}" in out.output
+    assert "by assigned arm" in out.output and "326770" not in out.output
+    (latency,) = [ln for ln in out.output.splitlines() if ln.startswith("  hyde ") and " | " in ln]
+    turn, first_token, retrieval = latency.split(" | ")
+    assert turn.split()[-1] == "s" and 320 < float(turn.split()[1]) < 340 and first_token == "14.90 / 14.90 s"
+    again = CliRunner().invoke(app, ["ab-report", "--db", url, "--plot", str(tmp_path / "y.png"), "--json"])
+    assert again.exit_code == 0, again.output
+    assert (tmp_path / "y.png").is_file() and json.loads(again.stdout)["turns"] == 24
+
+
+def test_the_outcome_chart_draws_the_reports_figures(tmp_path: Path, monkeypatch) -> None:
+    from hyde_tutor.evaluation.plots import OUTCOME_BARS, outcome_figure
+    from hyde_tutor.plugin.sqlstore import open_event_log
+
+    log = open_event_log(_served_db(tmp_path, monkeypatch))
+    report = outcome_report(log)
+    log.close()
+    rates, latency = outcome_figure(report).axes
+    arms = report["periods"][0]["by_assigned_arm"]["arms"]
+    for arm in ("hyde", "raw"):
+        heights = [b.get_height() for b in rates.patches if b.get_gid() == arm]
+        assert heights == pytest.approx([arms[arm][name]["value"] for name, _ in OUTCOME_BARS])
+    p50 = [b.get_height() for b in latency.patches if b.get_gid() == "p50"]
+    assert p50 == pytest.approx([arms[a]["latency_ms"]["turn"]["p50"] / 1000 for a in ("hyde", "raw")])
+    assert latency.get_ylabel() == "seconds per turn"
+
+
+def test_the_outcome_chart_draws_a_rate_of_zero() -> None:
+    """Wilson's lower bound of 0 of 20 computes a hair above 0, above the rate: a negative error bar matplotlib
+    refused (a served database with no failed turn could not be plotted)."""
+    from hyde_tutor.evaluation.plots import outcome_figure
+
+    log = _timed_out_log()
+    for i in range(8):  # 20 raw turns, none failed
+        tid = f"extra-{i}"
+        log.add_turn(TurnRecord(turn_id=tid, subject=tid, conversation_id=tid, experiment="e", arm="raw", timestamp=2))
+    report = outcome_report(log)
+    arms = report["periods"][0]["by_assigned_arm"]["arms"]
+    assert arms["raw"]["failed"]["value"] == 0.0 and arms["raw"]["failed"]["low"] > 0.0  # the artefact
+    rates, _ = outcome_figure(report).axes
+    assert [b.get_height() for b in rates.patches if b.get_gid() == "raw"][-1] == 0.0

@@ -11,7 +11,8 @@ from hyde_tutor.cli import app
 from hyde_tutor.plugin.sqlstore import open_event_log
 
 
-def test_the_experiment_command_writes_events_the_server_reads(isolated_env: Path) -> None:
+def test_the_experiment_command_writes_events_the_server_reads(isolated_env: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HYDE_LLM__BASE_URL", "http://127.0.0.1:9/v1")  # a capable model: no --force (never called)
     runner = CliRunner()
     status = json.loads(runner.invoke(app, ["experiment", "status", "--json"]).stdout)
     assert status["enabled"] is False and status["set_by"].startswith("settings")

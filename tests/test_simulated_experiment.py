@@ -85,14 +85,24 @@ def test_the_a_a_run_searches_plain_in_both_arms_for_the_same_learners_and_quest
 
 
 def test_dropping_learners_of_one_arm_breaks_the_split(sim_retriever) -> None:  # noqa: ANN001
+    """The copy keeps everything but the dropped learners' turns, retrievals and ratings, and the SRM check run
+    over it raises the alarm that the whole log does not (the test never ran the check before)."""
     log, _, _ = _run(sim_retriever, learners=40)
-    skewed, dropped = drop_learners(log, "raw", 0.3, seed=1)
+    skewed, dropped = drop_learners(log, "raw", 0.9, seed=1)  # 40 learners: a small loss hides
     raw_before = {t.subject for t in log.turns() if t.arm == "raw"}
     raw_after = {t.subject for t in skewed.turns() if t.arm == "raw"}
-    assert dropped == round(0.3 * len(raw_before)) and len(raw_after) == len(raw_before) - dropped
+    assert dropped == round(0.9 * len(raw_before)) and len(raw_after) == len(raw_before) - dropped
     assert {t.subject for t in skewed.turns() if t.arm == "hyde"} == {t.subject for t in log.turns() if t.arm == "hyde"}
     kept = {t.turn_id for t in skewed.turns()}
     assert {tid for tid, _ in skewed.retrievals()} == kept
+    assert skewed.ratings() == [r for r in log.ratings() if r.turn_id in kept] and skewed.ratings()
+    assert skewed.experiment_events() == log.experiment_events()
+    whole = outcome_report(log)
+    assert not whole["periods"][0]["srm"]["mismatch"] and not whole["warnings"]
+    broken = outcome_report(skewed)
+    srm = broken["periods"][0]["srm"]
+    assert srm["observed"]["raw"] == len(raw_after) and srm["mismatch"] and srm["p_value"] < 0.001
+    assert any("SAMPLE RATIO MISMATCH" in w for w in broken["warnings"])
 
 
 def test_the_top_found_entry_follows_the_agents_call_order_not_the_finishing_order() -> None:

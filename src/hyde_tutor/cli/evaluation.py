@@ -239,25 +239,34 @@ def ab_report(
     experiment: Annotated[str | None, typer.Option(help="With --db: the experiment (default: the latest one).")] = None,
     mde: Annotated[float, typer.Option(min=0.001, max=0.999,
                                        help="With --db: the difference to power for (0.05 = 5 points).")] = 0.05,
-    plot: Annotated[Path | None, typer.Option(help="Write a PNG chart here.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG chart here (with the served database: outcomes "
+                                                   "per arm and turn latency of the latest period).")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Does HyDE help the learners? With --db: outcomes per arm and period, with clustered 95% intervals, an SRM
     check and power. Without --db and --file: the served tutor's database when there is one
     (HYDE_SERVER__DATABASE_URL, or HYDE_DATA_DIR/served.db), else the retrieval view of the metrics JSONL
-    (latency, fallbacks, HyDE cost per arm), which --file always gives."""
-    if db is None and file is None and plot is None:
-        db = _served_database(Settings())  # a served tutor's database, where there is one: the outcome report
+    (latency, fallbacks, HyDE cost per arm), which --file always gives. The SRM check tests the split the
+    configured arms make (HYDE_EXPERIMENT__ARMS)."""
+    settings = Settings()
+    if db is None and file is None:
+        db = _served_database(settings)  # a served tutor's database, where there is one: the outcome report
     if db is not None:
-        if file is not None or plot is not None:
-            fail("--db reads the served tutor's event log; --file and --plot are for the metrics JSONL. Pass one.")
-        _outcome_report(db, experiment, mde, as_json)
+        if file is not None:
+            fail("--db reads the served tutor's event log; --file is for the metrics JSONL. Pass one.")
+        from ..plugin.experiment import experiment_from_settings
+
+        try:
+            arms = experiment_from_settings(settings).arms  # the split the server assigned by
+        except ValueError as exc:
+            fail(f"HYDE_EXPERIMENT__ARMS: {exc}")
+        _outcome_report(db, experiment, mde, as_json, arms, plot)
         return
     from ..evaluation.abreport import arm_rows, differences, format_report
     from ..evaluation.abreport import plot as draw
     from ..plugin.monitor import load_records
 
-    path = file or Settings().data_dir / "metrics.jsonl"
+    path = file or settings.data_dir / "metrics.jsonl"
     if not path.is_file():
         fail(f"No metrics file at {path}: run the chat or your agent with a Monitor(jsonl path) first.")
     loaded = load_records(path)
@@ -277,12 +286,14 @@ def ab_report(
         typer.echo(f"{path}: {len(records)} retrievals" + (f", {len(loaded.skipped)} lines skipped" if loaded.skipped else ""))
         typer.echo(format_report(rows, diffs, "by assigned arm (intention to treat)"))
         typer.echo("")
-        typer.echo(format_report(received, received_diffs, "by treatment received (hyde = HyDE attempted)"))
+        typer.echo(format_report(received, received_diffs, "by treatment received (hyde = HyDE shaped the results; "
+                                                           "an attempt that fell back is raw)"))
     if plot is not None:
         typer.echo(f"chart: {draw(rows, plot)}", err=as_json)
 
 
-def _outcome_report(url: str, experiment: str | None, mde: float, as_json: bool) -> None:
+def _outcome_report(url: str, experiment: str | None, mde: float, as_json: bool, arms: tuple[str, ...],
+                    plot: Path | None = None) -> None:
     from ..evaluation.abreport import format_outcome_report, outcome_report
 
     try:
@@ -295,7 +306,7 @@ def _outcome_report(url: str, experiment: str | None, mde: float, as_json: bool)
     try:
         log = open_event_log(url)
         try:
-            report = outcome_report(log, experiment, mde=mde)
+            report = outcome_report(log, experiment, mde=mde, arms=arms)
         finally:
             close = getattr(log, "close", None)
             if callable(close):
@@ -307,3 +318,10 @@ def _outcome_report(url: str, experiment: str | None, mde: float, as_json: bool)
         fail(f"No served turns in {url}" + (f" for experiment {experiment!r}" if experiment else "")
              + ": serve the tutor (hyde-tutor serve) and let learners ask first.")
     typer.echo(json.dumps(report, ensure_ascii=False) if as_json else format_outcome_report(report))
+    if plot is not None:
+        from ..evaluation.plots import plot_outcomes
+
+        try:
+            typer.echo(f"chart: {plot_outcomes(report, plot)}", err=as_json)
+        except HydeTutorError as exc:
+            fail(str(exc))

@@ -57,12 +57,17 @@ def experiment(
     action: Annotated[str, typer.Argument(help="start | stop | share | status")],
     share: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="HyDE arm's share of learners (0.5 = half).")] = None,
     name: Annotated[str | None, typer.Option(help="Experiment name (start; a new name reshuffles the learners).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Start even on a backend where HyDE cannot help (the "
+                                                         "embedded local model): its learners only wait.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Start, stop or resize the served tutor's A/B experiment, or show it. Every worker follows on its next turn
-    (no restart): the change is an event in the served tutor's database (HYDE_SERVER__DATABASE_URL)."""
+    (no restart): the change is an event in the served tutor's database (HYDE_SERVER__DATABASE_URL).
+
+    On the embedded local model HyDE cannot help (its hypotheses never improved a search, and each costs
+    10–40 s): a start asks for --force and says what the HyDE arm's learners would wait."""
     from ..plugin.experiment import experiment_from_settings
-    from ..plugin.operations import change_experiment, experiment_status
+    from ..plugin.operations import change_experiment, experiment_status, hyde_cannot_help
     from ..plugin.sqlstore import open_event_log
 
     if action not in ("start", "stop", "share", "status"):
@@ -73,9 +78,13 @@ def experiment(
     except RuntimeError as exc:
         fail(str(exc))
     default = experiment_from_settings(settings)
+    cannot_help = hyde_cannot_help(settings)
     try:
         if action != "status":
-            event = change_experiment(log, action, default, share=share, name=name, actor="cli")  # type: ignore[arg-type]
+            event = change_experiment(log, action, default, share=share, name=name, actor="cli",  # type: ignore[arg-type]
+                                      force=force, cannot_help=cannot_help)
+            if action == "start" and cannot_help and force:
+                typer.echo(f"warning: started with --force. {cannot_help}.", err=True)
             typer.echo(f"experiment {event.experiment}: {event.change}, HyDE share {event.hyde_share:.2f}, "
                        f"{'running' if event.enabled else 'stopped'}", err=as_json)
         status = experiment_status(log, default)

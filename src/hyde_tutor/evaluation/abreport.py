@@ -63,9 +63,9 @@ Grouping = Literal["assigned", "received"]
 
 def group_of(rec: dict[str, Any], by: Grouping = "assigned") -> str:
     """``assigned``: the subject's arm (intention to treat). ``received``: the treatment actually given
-    (``hyde`` when HyDE was attempted, else ``raw``)."""
+    (``hyde`` when HyDE shaped the results, ``used_hyde``; an attempt that fell back gave ``raw``)."""
     if by == "received":  # the questions channel is a treatment too: keep it apart from hyde vs raw
-        return ("hyde" if rec.get("use_hyde") else "raw") + ("+questions" if rec.get("used_questions") else "")
+        return ("hyde" if rec.get("used_hyde") else "raw") + ("+questions" if rec.get("used_questions") else "")
     return str(rec.get("arm", "unassigned"))
 
 

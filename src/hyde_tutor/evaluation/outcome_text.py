@@ -69,28 +69,63 @@ def _srm(srm: dict[str, Any]) -> str:
     return text + f" (ok: no mismatch at p < {srm['alpha']})"
 
 
+def _split(period: dict[str, Any]) -> str:
+    """The configured split where it is not the share's: ``hyde,raw`` (or more arms) split evenly."""
+    split, share = period.get("split"), period["share_checked"]
+    if not split or split == {"raw": round(1 - share, 4), "hyde": round(share, 4)}:
+        return ""
+    arms = ",".join(period.get("arms", split))
+    return f" (not used: the arms {arms} split evenly, " + " / ".join(f"{a} {v:.0%}" for a, v in split.items()) + ")"
+
+
 def _cost_and_latency(view: dict[str, Any]) -> list[str]:
     arms = view["arms"]
     lines = ["cost per turn (mean; tokens are the agent's in and out, the hypotheses it wrote being part of its out, "
              "HyDE generation's, the judge's)", f"  {'':<10}" + "".join(f"{h:>12}" for h in COST.values())]
     for arm, row in arms.items():
         lines.append(f"  {arm:<10}" + "".join(f"{row['cost_per_turn'][k]:>12.4g}" for k in COST))
-    lines.append("latency ms (p50 / p95): turn | first token | retrieval")
+    lines.append("latency (p50 / p95): turn | first token | retrieval")
     for arm, row in arms.items():
         lat = row["latency_ms"]
-        lines.append(f"  {arm:<12} " + " | ".join("–" if lat[k]["p50"] is None else f"{lat[k]['p50']} / {lat[k]['p95']}"
-                                                 for k in ("turn", "first_token", "retrieval")))
+        lines.append(f"  {arm:<12} " + " | ".join(_latency(lat[k], unit) for k, unit in LATENCY_UNITS))
+    return lines
+
+
+LATENCY_UNITS = (("turn", "s"), ("first_token", "s"), ("retrieval", "ms"))
+"""A turn and its first token take seconds (a turn on the embedded model, minutes); a search, milliseconds."""
+
+
+def _latency(p: dict[str, float | None], unit: str) -> str:
+    if p["p50"] is None or p["p95"] is None:
+        return "–"
+    if unit == "s":
+        return f"{p['p50'] / 1000:.2f} / {p['p95'] / 1000:.2f} s"
+    return f"{p['p50']:.1f} / {p['p95']:.1f} ms"
+
+
+def _hyde_searches(rows: dict[str, dict[str, Any]]) -> list[str]:
+    """Per assigned arm: searches, those that attempted HyDE, those it shaped, and why the rest fell back."""
+    lines = ["HyDE in the searches (per assigned arm): attempted → shaped the results; fell back, and why"]
+    for arm, row in rows.items():
+        if not row["hyde_attempted"]:
+            lines.append(f"  {arm:<12} {row['searches']} searches, HyDE attempted in none")
+            continue
+        why = ", ".join(f"{reason} {n}" for reason, n in row["fallback_reasons"].items())
+        lines.append(f"  {arm:<12} {row['searches']} searches, HyDE attempted in {row['hyde_attempted']} → shaped "
+                     f"{row['hyde_used']}; fell back in {row['fell_back']}" + (f" ({why})" if why else ""))
     return lines
 
 
 def _power(power: dict[str, Any]) -> list[str]:
     if not power["metrics"]:
         return [f"power: {power.get('note', 'no outcome observed yet in the raw arm')}"]
-    lines = [f"learners needed to detect a difference of {power['mde']:.3g} (power {power['power']}, "
-             f"α {power['alpha']}, two-sided):"]
+    lines = [f"learners to enrol to detect a difference of {power['mde']:.3g} (power {power['power']}, "
+             f"α {power['alpha']}, two-sided; {power['enrolled']} enrolled so far):"]
     for name, p in power["metrics"].items():
-        lines.append(f"  {_pad(LABELS[name], 12)} base {p['base_rate']:.3f}: {p['learners_needed']} learners in all "
-                     f"({p['more_learners_needed']} more), {p['turns_per_learner']} turns/learner, deff {p['deff']}")
+        lines.append(f"  {_pad(LABELS[name], 12)} base {p['base_rate']:.3f}: {p['learners_needed']:,} learners in all "
+                     f"({p['more_learners_needed']:,} more); {p['turns_needed']:,} turns in its denominator, "
+                     f"{p['contributing_share']:.0%} of learners bring {p['turns_per_learner']} each, "
+                     f"deff {p['deff']}")
     return lines
 
 
@@ -124,13 +159,14 @@ def format_outcome_report(report: dict[str, Any]) -> str:
         period = section["period"]
         share = "unknown (checked against 0.5)" if period["hyde_share"] is None else f"{period['hyde_share']:.0%}"
         lines += ["", f"== period {period['index']}: {_when(period['start'], 'log start')} → "
-                  f"{_when(period['end'], 'now')}, HyDE share {share}; {section['learners']} learners, "
-                  f"{section['turns']} turns", _srm(section["srm"]), ""]
+                  f"{_when(period['end'], 'now')}, HyDE share {share}{_split(period)}; {section['learners']} "
+                  f"learners, {section['turns']} turns", _srm(section["srm"]), ""]
         lines += _view(section["by_assigned_arm"], "by assigned arm (intention to treat), 95 % intervals "
                        "clustered by learner; * = the interval excludes 0")
         lines += [""] + _always_valid(section.get("always_valid"))
-        lines += [""] + _view(section["by_treatment_received"], "by treatment received (hyde = HyDE attempted in "
-                              "a search of the turn; secondary)")
+        lines += [""] + _hyde_searches(section.get("hyde_searches", {}))
+        lines += [""] + _view(section["by_treatment_received"], "by treatment received (hyde = HyDE shaped the "
+                              "results of a search of the turn; an attempt that fell back is raw; secondary)")
         lines += [""] + _cost_and_latency(section["by_assigned_arm"]) + [""] + _power(section["power"])
     lines += ["", f"primary outcome: {report['method'].get('primary', METHOD['primary'])}.",
               "lower is better for rephrase and failed. " + "; ".join(

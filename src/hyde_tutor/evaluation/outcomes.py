@@ -16,19 +16,20 @@ import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..plugin.events import EventLog, ExperimentEvent, TurnRecord
+from ..plugin.experiment import Experiment
 from ..plugin.monitor import RetrievalRecord
 from .abstats import (SRM_ALPHA, Estimate, clustered_mean, clustered_proportion, mean_difference,
                       newcombe_difference, required_total, srm_check)
 from .always_valid import always_valid_readout
 from .sequential import METHOD_NAME, PLANNED_LEARNERS, REFERENCES
+from .treatment import CONTROL, TREATMENT, hyde_searches, received_treatment
 
-__all__ = ("Period", "split_periods", "outcome_report", "PROPORTIONS", "METHOD")
+__all__ = ("Period", "split_periods", "outcome_report", "hyde_searches", "PROPORTIONS", "METHOD")
 
-TREATMENT, CONTROL = "hyde", "raw"
 DEFAULT_SHARE = 0.5
 
 PROPORTIONS: dict[str, tuple[Callable[[TurnRecord], bool | None], str]] = {
@@ -42,16 +43,26 @@ PROPORTIONS: dict[str, tuple[Callable[[TurnRecord], bool | None], str]] = {
 
 POWER_METRICS = ("thumbs_up", "grounded", "rephrase")
 
+COMPARED = (*PROPORTIONS, "judged_relevance")
+"""The outcomes that get a hyde − raw interval (each may come out marked as excluding 0)."""
+
 METHOD = {
-    "primary": "thumbs_up: decide on it before looking; with four outcomes at 95 % each, one excludes 0 by chance "
-               "in about one run of five where there is no effect",
+    "primary": f"thumbs_up: decide on it before looking; {len(COMPARED)} outcomes get a hyde − raw interval at 95 % "
+               f"({', '.join(COMPARED)}), so where there is no effect at least one of them excludes 0 by chance in "
+               f"about {1 - 0.95 ** len(COMPARED):.0%} of runs (1 − 0.95^{len(COMPARED)}, were they independent)",
     "intervals": "95 %, clustered by learner: Wilson on the effective sample n/deff for proportions (deff from "
                  "the ratio estimator's learner-clustered variance), mean ± 1.96·clustered SE for the judge score",
     "differences": "hyde − raw: Newcombe's hybrid score interval from the two clustered Wilson intervals; "
                    "for the judge score, d ± 1.96·√(se₁² + se₂²)",
-    "srm": f"χ² of enrolled learners per arm against the period's configured share; mismatch below p = {SRM_ALPHA}",
-    "power": "two-sided two-proportion z-test, α = 0.05, power 0.8, base rate = the raw arm's observed rate, "
-             "turns scaled to learners by turns per learner and the design effect",
+    "srm": "χ² of enrolled learners per arm against the split the assignment makes: the period's share for the "
+           "arms raw,hyde, an even split for any other arm list (HYDE_EXPERIMENT__ARMS); mismatch below "
+           f"p = {SRM_ALPHA}",
+    "power": "two-sided two-proportion z-test, α = 0.05, power 0.8, base rate = the raw arm's observed rate; the "
+             "turns it needs in the outcome's denominator (rated turns for thumbs_up) times the design effect, "
+             "divided by the denominator turns per ENROLLED learner (learners who never rate count): learners "
+             "to enrol",
+    "received": "by treatment received: hyde = HyDE shaped the results of one of the turn's searches (used_hyde); "
+                "an attempt that fell back gave the raw treatment",
     "always_valid": f"hyde − raw also as an always-valid 95 % interval: {METHOD_NAME}, learner-clustered "
                     f"(se from the learner clusters, n = learners); {REFERENCES[0]}; {REFERENCES[1]}; {REFERENCES[2]}",
     "cost": "per turn: agent tokens in/out (hypothesis tokens are part of the agent's output), HyDE generation "
@@ -195,16 +206,14 @@ def _view(groups: dict[str, list[TurnRecord]], retrievals: dict[str, list[Retrie
     return {"arms": arms, "differences": _differences(groups[TREATMENT], groups[CONTROL]) if both else {}}
 
 
-def _received(turn: TurnRecord, retrievals: dict[str, list[RetrievalRecord]]) -> str:
-    recs = retrievals.get(turn.turn_id, ())
-    if not recs:
-        return "no search"
-    return TREATMENT if any(r.use_hyde for r in recs) else CONTROL
-
-
-def _power(turns: Sequence[TurnRecord], control: Sequence[TurnRecord], share: float, mde: float,
-           enrolled: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"mde": mde, "alpha": 0.05, "power": 0.8, "share": share, "metrics": {}}
+def _power(turns: Sequence[TurnRecord], control: Sequence[TurnRecord], share: float, mde: float) -> dict[str, Any]:
+    """Enrolled learners needed per outcome. The test needs ``required_total`` turns in the outcome's denominator
+    (rated turns for the 👍 rate), inflated by the design effect; an enrolled learner brings, on average, the
+    outcome's denominator turns divided by the enrolled learners (those who never rate bring none), so the
+    learners to enrol are ``turns needed · deff · enrolled / denominator turns``."""
+    enrolled = len({t.subject for t in turns})
+    out: dict[str, Any] = {"mde": mde, "alpha": 0.05, "power": 0.8, "share": share, "enrolled": enrolled,
+                           "metrics": {}}
     if not 0 < share < 1:
         return out | {"note": "no split to power (share 0 or 1)"}
     for name in POWER_METRICS:
@@ -212,38 +221,40 @@ def _power(turns: Sequence[TurnRecord], control: Sequence[TurnRecord], share: fl
         pooled, base = _proportion(turns, fn), _proportion(control, fn)
         if pooled.value is None or base.value is None or not pooled.learners:
             continue
-        total_turns = required_total(base.value, mde, share)
-        per_learner = pooled.n / pooled.learners
-        needed = math.ceil(total_turns * pooled.deff / per_learner)
-        out["metrics"][name] = {"base_rate": base.value, "turns_per_learner": round(per_learner, 3),
-                                "deff": round(pooled.deff, 4), "learners_needed": needed,
-                                "more_learners_needed": max(0, needed - enrolled)}
+        turns_needed = required_total(base.value, mde, share) * pooled.deff
+        needed = math.ceil(turns_needed * enrolled / pooled.n)
+        out["metrics"][name] = {"base_rate": base.value, "turns_per_learner": round(pooled.n / pooled.learners, 3),
+                                "contributing_share": round(pooled.learners / enrolled, 4),
+                                "deff": round(pooled.deff, 4), "turns_needed": math.ceil(turns_needed),
+                                "learners_needed": needed, "more_learners_needed": max(0, needed - enrolled)}
     return out
 
 
-def _period_section(period: Period, retrievals: dict[str, list[RetrievalRecord]], mde: float) -> dict[str, Any]:
+def _period_section(period: Period, retrievals: dict[str, list[RetrievalRecord]], mde: float,
+                    configured: Experiment) -> dict[str, Any]:
     turns = period.turns
     assigned: dict[str, list[TurnRecord]] = defaultdict(list)
     received: dict[str, list[TurnRecord]] = defaultdict(list)
     for t in turns:
         assigned[t.arm].append(t)
-        received[_received(t, retrievals)].append(t)
+        received[received_treatment(t, retrievals)].append(t)
     share = DEFAULT_SHARE if period.hyde_share is None else period.hyde_share
+    shares = replace(configured, hyde_share=share).shares()  # the split the assignment made, whatever the arms
     enrolled = {arm: len({t.subject for t in ts}) for arm, ts in assigned.items() if arm != "unassigned"}
-    split = [TREATMENT, CONTROL] if set(enrolled) <= {TREATMENT, CONTROL} else sorted(enrolled)
-    shares = ({TREATMENT: share, CONTROL: 1 - share} if split == [TREATMENT, CONTROL]
-              else {a: 1 / len(split) for a in split})
     compared = [t for t in turns if t.arm in (TREATMENT, CONTROL)]
+    pair = shares.get(TREATMENT, 0.0) + shares.get(CONTROL, 0.0)
     return {
         "period": {"index": period.index, "start": period.start, "end": period.end, "hyde_share": period.hyde_share,
                    "share_checked": share, "share_source": "assumed (no experiment event in the log)"
-                   if period.hyde_share is None else "experiment events"},
+                   if period.hyde_share is None else "experiment events",
+                   "arms": list(configured.arms), "split": {a: round(v, 4) for a, v in shares.items()}},
         "learners": len({t.subject for t in turns}),
         "turns": len(turns),
         "by_assigned_arm": _view(assigned, retrievals),
         "by_treatment_received": _view(received, retrievals),
+        "hyde_searches": {arm: hyde_searches(ts, retrievals) for arm, ts in sorted(assigned.items())},
         "srm": srm_check(enrolled, shares),
-        "power": _power(compared, assigned.get(CONTROL, []), share, mde, sum(enrolled.values())),
+        "power": _power(compared, assigned.get(CONTROL, []), shares.get(TREATMENT, 0.0) / pair if pair else 0.0, mde),
     }
 
 
@@ -259,6 +270,7 @@ def _experiment_name(log: EventLog, experiment: str | None) -> str | None:
 
 
 def outcome_report(log: EventLog, experiment: str | None = None, *, mde: float = 0.05,
+                   arms: Sequence[str] | None = None,
                    planned_learners: int = PLANNED_LEARNERS) -> dict[str, Any]:
     """The A/B outcome report of one experiment in ``log``, as a JSON-ready dict.
 
@@ -266,18 +278,23 @@ def outcome_report(log: EventLog, experiment: str | None = None, *, mde: float =
         log: the event log (the server's SQL one, or a :class:`~hyde_tutor.plugin.events.MemoryEventLog`).
         experiment: its name; ``None``: the experiment of the latest experiment event (else of most turns).
         mde: the absolute difference of proportions the power figures are for (0.05 = 5 points).
+        arms: the experiment's arms as configured (``HYDE_EXPERIMENT__ARMS``; the events carry the share only):
+            the SRM check tests the split :meth:`~hyde_tutor.plugin.experiment.Experiment.arm` made with them
+            (``raw,hyde`` by the share, any other list evenly). ``None``: ``raw,hyde``.
         planned_learners: the learners the always-valid intervals' mixture is tuned for (set before the
             experiment; any value keeps them valid).
 
     Returns:
         ``{"experiment", "generated_at", "mde", "method", "turns", "learners", "turns_outside_periods",
         "periods": [...], "warnings": [...]}``; each period holds ``by_assigned_arm`` and
-        ``by_treatment_received`` (``arms`` and hyde − raw ``differences``), ``srm``, ``power`` and
-        ``always_valid`` (the differences as confidence sequences and the ``decision``); the report's
+        ``by_treatment_received`` (``arms`` and hyde − raw ``differences``), ``hyde_searches`` (per assigned
+        arm: searches that attempted HyDE, that it shaped, and why the others fell back), ``srm``, ``power``
+        and ``always_valid`` (the differences as confidence sequences and the ``decision``); the report's
         ``decision`` is the latest period's.
     """
     if not 0 < mde < 1:
         raise ValueError(f"mde is an absolute difference of proportions within 0..1, got {mde}")
+    configured = Experiment(arms=tuple(arms)) if arms is not None else Experiment()
     name = _experiment_name(log, experiment)
     turns = log.turns(name) if name is not None else log.turns()
     events = log.experiment_events(name) if name is not None else []
@@ -286,7 +303,7 @@ def outcome_report(log: EventLog, experiment: str | None = None, *, mde: float =
         if turn_id is not None:
             retrievals[turn_id].append(record)
     periods, outside = split_periods(events, turns)
-    sections = [_period_section(p, retrievals, mde) for p in periods]
+    sections = [_period_section(p, retrievals, mde, configured) for p in periods]
     for period, section in zip(periods, sections, strict=True):
         section["always_valid"] = always_valid_readout([t for t in period.turns if t.arm == TREATMENT],
                                                        [t for t in period.turns if t.arm == CONTROL], PROPORTIONS,

@@ -92,3 +92,66 @@ def plot_eval(
     except OSError as exc:
         raise HydeTutorError(f"Could not write the chart to {out}: {exc}") from exc
     return out
+
+
+OUTCOME_BARS = (("thumbs_up", "thumbs up"), ("rating_coverage", "rated"), ("grounded", "grounded"),
+                ("rephrase", "rephrase ↓"), ("failed", "failed ↓"))
+_OUTCOME_ARMS = ("hyde", "raw")
+
+
+def outcome_figure(report: Mapping[str, Any], period: int = -1) -> Any:
+    """A matplotlib Figure of one period of an outcome report (``outcome_report(...)``'s dict; the latest period
+    by default): each outcome per assigned arm with its 95 % clustered interval, and the turn latency p50 / p95
+    in seconds."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    periods = list(report.get("periods") or [])
+    if not periods:
+        raise HydeTutorError("The outcome report has no period to plot (no served turns).")
+    section = periods[period]
+    rows = section["by_assigned_arm"]["arms"]
+    arms = [a for a in _OUTCOME_ARMS if a in rows] + sorted(a for a in rows if a not in _OUTCOME_ARMS)
+    fig = Figure(figsize=(10.0, 4.0))
+    FigureCanvasAgg(fig)
+    rates, latency = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2.2, 1]})
+    x = np.arange(len(OUTCOME_BARS))
+    width = 0.8 / len(arms)
+    for i, arm in enumerate(arms):
+        est = [rows[arm][name] for name, _ in OUTCOME_BARS]
+        values = np.array([np.nan if e["value"] is None else e["value"] for e in est], dtype=float)
+        low = np.array([v if e["low"] is None else e["low"] for e, v in zip(est, values, strict=True)], dtype=float)
+        high = np.array([v if e["high"] is None else e["high"] for e, v in zip(est, values, strict=True)], dtype=float)
+        rates.bar(x + (i - (len(arms) - 1) / 2) * width, values, width, label=f"{arm} ({rows[arm]['learners']})",
+                  yerr=np.clip([values - low, high - values], 0, None), capsize=3, gid=arm)  # Wilson at 0: +1e-18
+    rates.set_xticks(x, [label for _, label in OUTCOME_BARS])
+    rates.set_ylim(0, 1.05)
+    rates.set_ylabel("rate, with its 95 % interval")
+    rates.set_title("outcomes by assigned arm (learners)")
+    rates.legend(fontsize=8)
+    rates.grid(axis="y", alpha=0.3)
+    seconds = [[(rows[a]["latency_ms"]["turn"][q] or 0.0) / 1000 for a in arms] for q in ("p50", "p95")]
+    xa = np.arange(len(arms))
+    for j, (q, values) in enumerate(zip(("p50", "p95"), seconds, strict=True)):
+        latency.bar(xa + (j - 0.5) * 0.4, values, 0.4, label=q, gid=q)
+    latency.set_xticks(xa, arms)
+    latency.set_ylabel("seconds per turn")
+    latency.set_title("turn latency")
+    latency.legend(fontsize=8)
+    info = section["period"]
+    fig.suptitle(f"{report.get('experiment') or 'experiment'}: period {info['index']}, {section['learners']} "
+                 f"learners, {section['turns']} turns")
+    fig.tight_layout()
+    return fig
+
+
+def plot_outcomes(report: Mapping[str, Any], out: Path | str, period: int = -1) -> Path:
+    """Draw :func:`outcome_figure` into a PNG at ``out`` and return the path."""
+    fig = outcome_figure(report, period)
+    out = Path(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=100, format="png")
+    except OSError as exc:
+        raise HydeTutorError(f"Could not write the chart to {out}: {exc}") from exc
+    return out

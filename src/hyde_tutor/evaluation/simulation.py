@@ -235,11 +235,13 @@ async def known_effect(retriever: Any, agent_turns: Mapping[str, AgentTurn],
 
 
 def drop_learners(log: EventLog, arm: str, share: float, seed: int = 0) -> tuple[MemoryEventLog, int]:
-    """A copy of ``log`` without ``share`` of ``arm``'s learners (their turns, retrievals and ratings): the
-    deliberately broken split an SRM check must catch (as if that arm's events were lost for some learners).
+    """A copy of ``log`` without ``share`` of ``arm``'s learners, drawn at random with ``seed``: their turns,
+    the retrievals and the rating events of those turns are left out; every other turn, retrieval, rating event
+    and every experiment event is copied. The deliberately broken split an SRM check must catch (as if that
+    arm's events were lost for some learners).
 
     Returns:
-        The copy and how many learners were dropped.
+        The copy and how many learners were dropped (``share`` of the arm's learners, rounded).
     """
     rng = random.Random(seed)
     learners = sorted({t.subject for t in log.turns() if t.arm == arm})
@@ -255,4 +257,7 @@ def drop_learners(log: EventLog, arm: str, share: float, seed: int = 0) -> tuple
     for turn_id, record in log.retrievals():
         if turn_id in kept:
             out.add_retrieval(record, turn_id)
+    for rating in log.ratings():
+        if rating.turn_id in kept:
+            out.add_rating(rating)
     return out, len(dropped)

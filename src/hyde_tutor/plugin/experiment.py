@@ -68,6 +68,13 @@ class Experiment:
             return "hyde" if position < self.hyde_share else "raw"
         return self.arms[min(int(position * len(self.arms)), len(self.arms) - 1)]  # type: ignore[return-value]
 
+    def shares(self) -> dict[str, float]:
+        """The share of enrolled subjects each arm gets, as :meth:`arm` assigns them: ``hyde_share`` for the
+        two-arm ``("raw", "hyde")`` list only; any other list (``hyde,raw`` too) splits evenly."""
+        if self.arms == ("raw", "hyde"):
+            return {"raw": 1.0 - self.hyde_share, "hyde": self.hyde_share}
+        return {arm: 1.0 / len(self.arms) for arm in self.arms}
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:

@@ -14,11 +14,13 @@ from collections import Counter
 from dataclasses import asdict, replace
 from typing import Any, Literal
 
+from ..config import Settings
 from .events import EventLog, ExperimentEvent
-from .experiment import Experiment
+from .experiment import Experiment, arm_uses_hyde
 from .monitor import RetrievalRecord
 
-__all__ = ("change_experiment", "current_experiment", "entry_card", "experiment_status", "learner_tag", "why_hyde")
+__all__ = ("HydeCannotHelp", "change_experiment", "current_experiment", "entry_card", "experiment_status",
+           "hyde_cannot_help", "learner_tag", "why_hyde")
 
 Action = Literal["start", "stop", "share"]
 
@@ -38,8 +40,30 @@ def current_experiment(log: EventLog, default: Experiment | None) -> Experiment 
     return replace(base, name=event.experiment, hyde_share=event.hyde_share, enabled=event.enabled)
 
 
+class HydeCannotHelp(ValueError):
+    """An experiment start refused: on this LLM backend the HyDE arm's learners would only wait (pass ``force``)."""
+
+
+def hyde_cannot_help(settings: Settings) -> str | None:
+    """Why HyDE cannot help on the configured LLM backend, naming what the HyDE arm's learners would wait
+    (None: a capable model, where it can). The embedded local model: measured in docs/MEASUREMENTS.md."""
+    from ..llm.backends import resolve_provider
+
+    if resolve_provider(settings) != "local":
+        return None
+    timeout = settings.hyde.timeout_s
+    return (f"HyDE cannot help on the embedded local model ({settings.llm.local_model}): its hypotheses never "
+            "improved a search on the eval sets, and every search of the HyDE arm waits for one, 10–40 s a search "
+            f"(10–19 s a hypothesis on an idle 2-core machine), up to the {timeout:g} s generation timeout "
+            "(HYDE_HYDE__TIMEOUT_S); a served turn searches twice (grammar and docs) on a model that writes one text "
+            f"at a time, so the HyDE arm's learners would wait 20–80 s more a turn, up to {2 * timeout:g} s, for "
+            "nothing (docs/MEASUREMENTS.md, \"HyDE with the embedded local models\"). Run the experiment on a "
+            "capable model (HYDE_OPENAI__API_KEY or HYDE_LLM__BASE_URL)")
+
+
 def change_experiment(log: EventLog, action: Action, default: Experiment | None, *, share: float | None = None,
-                      name: str | None = None, actor: str = "operator") -> ExperimentEvent:
+                      name: str | None = None, actor: str = "operator", force: bool = False,
+                      cannot_help: str | None = None) -> ExperimentEvent:
     """Start, stop or resize the experiment; the event is appended to ``log`` and returned.
 
     Args:
@@ -49,8 +73,12 @@ def change_experiment(log: EventLog, action: Action, default: Experiment | None,
         share: the HyDE arm's share of learners, 0..1.
         name: the experiment's name (``start`` only; part of the assignment hash).
         actor: who changed it (``cli``, ``http``).
+        force: start even where HyDE cannot help (``cannot_help`` given).
+        cannot_help: why HyDE cannot help on the serving backend (:func:`hyde_cannot_help`); a start that gives
+            HyDE to some learners is then refused unless ``force``.
 
     Raises:
+        HydeCannotHelp: a start refused (``cannot_help`` without ``force``).
         ValueError: a share outside 0..1, an unknown action, or ``share`` without a share.
     """
     if action not in ("start", "stop", "share"):
@@ -62,6 +90,10 @@ def change_experiment(log: EventLog, action: Action, default: Experiment | None,
     if name is not None and action != "start":
         raise ValueError("a name is given when an experiment starts (a new name reshuffles the learners)")
     now = current_experiment(log, default) or Experiment(enabled=False)
+    split = replace(now, hyde_share=now.hyde_share if share is None else share).shares()
+    gives_hyde = any(arm_uses_hyde(arm) and part > 0 for arm, part in split.items())
+    if action == "start" and cannot_help and gives_hyde and not force:
+        raise HydeCannotHelp(f"{cannot_help}. To start it anyway: --force (over HTTP, \"force\": true).")
     event = ExperimentEvent(change=action, experiment=name or now.name,
                             hyde_share=now.hyde_share if share is None else share,
                             enabled=action == "start" or (action == "share" and now.enabled), actor=actor)

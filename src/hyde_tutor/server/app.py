@@ -59,6 +59,8 @@ class ServerParts:
     report: Callable[[Any, str | None], dict[str, Any]] | None = None
     """``(event log, experiment) -> dict``: the A/B report the operator endpoint returns."""
     closers: list[Callable[[], Any]] = field(default_factory=list)
+    hyde_cannot_help: str | None = None
+    """Why HyDE cannot help on the serving model (the embedded one): a start then needs ``"force": true``."""
 
 
 def _error(status: int, message: str, **headers: str) -> JSONResponse:
@@ -191,7 +193,8 @@ def create_app(parts: ServerParts) -> Starlette:
             share = data.get("share")
             event = await asyncio.to_thread(change_experiment, log, data.get("action"), tutor.default_experiment,
                                             share=None if share is None else float(share), name=data.get("name"),
-                                            actor="http")
+                                            actor="http", force=data.get("force") is True,
+                                            cannot_help=parts.hyde_cannot_help)
         except (ValueError, TypeError, AttributeError) as exc:
             return _error(422, f"{exc}; send JSON {{\"action\": \"start\"|\"stop\"|\"share\", \"share\": 0.5, \"name\": \"...\"}}")
         _log.warning("experiment %s: %s share %.2f (http)", event.change, event.experiment, event.hyde_share)

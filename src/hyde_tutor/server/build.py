@@ -3,6 +3,7 @@ model with no key, a capable model by settings (``HYDE_LLM__*``, ``HYDE_OPENAI__
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from starlette.applications import Starlette
@@ -14,14 +15,15 @@ from .learners import LearnerIdentity, server_secret
 __all__ = ("app_from_environment", "app_from_settings", "default_judge", "outcome_report")
 
 
-def outcome_report(log: Any, experiment: str | None) -> dict[str, Any]:
-    """The A/B report of the event log: ``evaluation.abreport.outcome_report`` where it exists, else the
-    experiment's status and counts (``plugin.operations.experiment_status``)."""
+def outcome_report(log: Any, experiment: str | None, arms: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The A/B report of the event log: ``evaluation.abreport.outcome_report`` where it exists (its SRM check
+    against the split the configured ``arms`` make), else the experiment's status and counts
+    (``plugin.operations.experiment_status``)."""
     from ..evaluation import abreport
 
     report = getattr(abreport, "outcome_report", None)
     if report is not None:
-        return report(log, experiment)
+        return report(log, experiment, arms=arms)
     from ..plugin.operations import experiment_status
 
     return experiment_status(log, None)
@@ -58,9 +60,21 @@ def app_from_settings(settings: Settings | None = None, *, judge: Any = None, ag
     secret = settings.server.secret.get_secret_value() if settings.server.secret else None
     host_secret = settings.server.host_secret.get_secret_value() if settings.server.host_secret else None
     identity = LearnerIdentity(server_secret(secret, settings.data_dir), host_secret)
-    parts = ServerParts(tutor, SqlConversationStore(database), settings, identity, report=outcome_report,
-                        closers=[retriever.close, database.close, *([llm.close] if llm is not None else [])])
+    report = functools.partial(outcome_report, arms=tutor.default_experiment.arms if tutor.default_experiment else None)
+    parts = ServerParts(tutor, SqlConversationStore(database), settings, identity, report=report,
+                        closers=[retriever.close, database.close, *([llm.close] if llm is not None else [])],
+                        hyde_cannot_help=serving_cannot_help(llm, settings))
     return create_app(parts)
+
+
+def serving_cannot_help(llm: Any, settings: Settings) -> str | None:
+    """Why HyDE cannot help the served tutor's model (the embedded local one), so that an experiment start asks
+    for ``force``; None for a capable model, and for a ready agent passed in (``llm`` None: a drill's stub)."""
+    if llm is None or llm.kind != "local":
+        return None
+    from ..plugin.operations import hyde_cannot_help
+
+    return hyde_cannot_help(settings)
 
 
 def default_judge(llm: Any, settings: Settings) -> Any:
