@@ -111,7 +111,8 @@ def main() -> None:
         port = s.getsockname()[1]
     target = "serve_drill:stub_app" if args.model == "stub" else "hyde_tutor.server.build:app_from_environment"
     env = {**os.environ, "HYDE_DATA_DIR": str(data_dir), "HYDE_SERVER__DATABASE_URL": f"sqlite:///{db}",
-           "HYDE_SERVER__RATE_PER_MINUTE": "1000", "DRILL_TOKEN_S": str(args.token_s),
+           "HYDE_SERVER__RATE_PER_MINUTE": "1000", "HYDE_SERVER__NEW_LEARNERS_PER_MINUTE": "1000",
+           "DRILL_TOKEN_S": str(args.token_s),
            "HYDE_SERVER__TURN_TIMEOUT_S": "900"}
     server = subprocess.Popen([sys.executable, "-m", "uvicorn", target, "--factory", "--app-dir", str(ROOT / "scripts"),
                                "--port", str(port), "--log-level", "warning"], env=env, cwd=ROOT)

@@ -32,6 +32,10 @@ def served(tmp_path: Path) -> Iterator[tuple[TestClient, object]]:
 
 
 def ask(client: TestClient, text: str, chat_id: str = "chat1", **headers: str):  # type: ignore[no-untyped-def]
+    """One chat message, as the page sends it: a learner without a cookie (and not named by a host application or a
+    ``Cookie`` header) opens the page first, which sets the cookie."""
+    if "hyde_learner" not in client.cookies and not {"X-Hyde-Learner", "Cookie"} & set(headers):
+        assert client.get("/").status_code == 200
     body = {"id": chat_id, "trigger": "submit-message",
             "messages": [{"id": f"m{abs(hash(text))}", "role": "user", "parts": [{"type": "text", "text": text}]}]}
     response = client.post("/api/chat", json=body, headers=headers)
@@ -47,7 +51,7 @@ def test_a_turn_streams_its_reply_cards_first_and_is_recorded_with_its_retrieval
     with caplog.at_level("INFO", logger="hyde_tutor.served"):
         response, chunks = ask(client, "Как сказать «хочу»: 가고 싶어요")
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
-    assert "hyde_learner" in response.cookies
+    assert "hyde_learner" in client.cookies  # set by the page, GET /
     types = [c["type"] for c in chunks]
     deltas = [c["delta"] for c in chunks if c["type"] == "text-delta"]
     assert len(deltas) >= 5  # streamed token by token, not one block

@@ -44,6 +44,7 @@ def two_workers(tmp_path: Path, database_url: str) -> Iterator[str]:
         port = s.getsockname()[1]
     env = {**os.environ, "HYDE_DATA_DIR": str(tmp_path / "data"), "HYDE_SERVER__DATABASE_URL": database_url,
            "HYDE_SERVER__OPERATOR_TOKEN": TOKEN, "HYDE_SERVER__RATE_PER_MINUTE": "1000", "HYDE_STUB_TOKEN_S": "0.01",
+           "HYDE_SERVER__NEW_LEARNERS_PER_MINUTE": "1000",  # 50 learners from one address
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     log = open(tmp_path / "uvicorn.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "tests.served_stub:worker_app", "--factory",
@@ -139,12 +140,14 @@ def test_a_stopping_server_finishes_the_turn_in_flight(tmp_path: Path) -> None:
         def one_turn() -> None:
             body = {"id": "c1", "trigger": "submit-message",
                     "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Что значит -지만?"}]}]}
-            with httpx.stream("POST", url + "/api/chat", json=body, timeout=60) as response:
-                lines = []
-                for line in response.iter_lines():
-                    lines.append(line)
-                    started.set()
-                got["lines"] = lines
+            with httpx.Client(base_url=url, timeout=60) as client:
+                client.get("/")  # the page sets the learner's cookie
+                with client.stream("POST", "/api/chat", json=body) as response:
+                    lines = []
+                    for line in response.iter_lines():
+                        lines.append(line)
+                        started.set()
+                    got["lines"] = lines
 
         thread = threading.Thread(target=one_turn)
         thread.start()

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, SecretStr
+import ipaddress
+
+from pydantic import BaseModel, Field, SecretStr, field_validator
 
 __all__ = ("JudgeSettings", "ServerSettings")
 
@@ -36,5 +38,21 @@ class ServerSettings(BaseModel):
     max_message_chars: int = Field(2000, ge=10, le=100_000, description="Longest learner message (422 beyond).")
     max_body_bytes: int = Field(65_536, ge=1024, description="Largest request body (413 beyond).")
     rate_per_minute: int = Field(20, ge=1, description="Messages per learner per minute, per worker (429 beyond).")
+    new_learners_per_minute: int = Field(30, ge=1, description="New learners (the chat page opened without a "
+                                         "session cookie) per client address per minute, per worker (429 beyond).")
+    trusted_proxies: list[str] = Field(default_factory=list, description="Addresses or networks (CIDR) of the "
+                                       "reverse proxies in front, JSON list: only a request from one of them has its "
+                                       "X-Forwarded-For (client address) and X-Forwarded-Proto (https) believed.")
     max_requests: int = Field(6, ge=1, le=50, description="Model requests per turn.")
     turn_timeout_s: float = Field(300.0, gt=0, description="A turn running longer is stopped.")
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_are_addresses(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"trusted_proxies: {item!r} is not an IP address or network "
+                                 "(e.g. \"127.0.0.1\", \"10.0.0.0/8\")") from None
+        return [item.strip() for item in value]

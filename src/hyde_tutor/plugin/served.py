@@ -35,7 +35,7 @@ from .monitor import Monitor, RetrievalRecord
 from .operations import current_experiment, entry_card, learner_tag, why_hyde
 from .rephrase import is_rephrase
 from .toolset import compact_result
-from .tutor import RetrieveFirst, conversation
+from .tutor import conversation, retrieve_step
 
 __all__ = ("ServedTurn", "ServedTutor", "estimate_tokens", "hypothesis_tokens")
 
@@ -141,10 +141,11 @@ class ServedTurn:
     shown: int = 0
 
     async def prefetch(self) -> list[dict[str, Any]]:
-        """Retrieve-first agents: search now (the run takes these entries) and return their cards."""
+        """Retrieve-first agents: search the agent's own collections now (the run takes these entries) and return
+        their cards."""
         if not self.tutor.retrieve_first:
             return []
-        entries = await RetrieveFirst().search(self.deps, self.question, conversation(self.history))
+        entries = await retrieve_step(self.tutor.agent).search(self.deps, self.question, conversation(self.history))
         self.deps.prefetch(self.question, entries)
         self.deps.found.extend(entries)
         return self.new_cards() or []
@@ -247,9 +248,13 @@ class ServedTurn:
             _log.exception("relevance judge failed on turn %s", turn.turn_id)
 
     async def _search_now(self) -> list[dict[str, Any]]:
-        """The model failed before any search: plain search on its behalf (outside the A/B records)."""
+        """The model failed before any search: plain search of the agent's collections on its behalf (outside the
+        A/B records)."""
+        step = retrieve_step(self.tutor.agent)
         found: list[dict[str, Any]] = []
-        for collection, k in (("grammar", 3), ("docs", 2)):
+        for collection, k in ((step.grammar_collection, step.grammar_top_k), (step.docs_collection, step.docs_top_k)):
+            if not collection:
+                continue
             try:
                 result = await self.deps.retriever.search(collection, self.question, top_k=k, use_hyde=False)
             except HydeTutorError:

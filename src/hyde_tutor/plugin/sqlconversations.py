@@ -66,7 +66,7 @@ class SqlConversationStore(ConversationStore):
 
     def _read_record_sync(self, conversation_id: str) -> ConversationRecord | None:
         c = self.database.conversations
-        with self.database.engine.begin() as conn:
+        with self.database.reader.begin() as conn:
             row = conn.execute(c.select().where(c.c.conversation_id == conversation_id)).mappings().first()
         return None if row is None else _record_from(row)
 
@@ -80,7 +80,7 @@ class SqlConversationStore(ConversationStore):
             query = query.where(c.c.scope == scope)
         if limit is not None:
             query = query.limit(limit)
-        with self.database.engine.begin() as conn:
+        with self.database.reader.begin() as conn:
             return [_record_from(row) for row in conn.execute(query).mappings()]
 
     async def write_record(self, record: ConversationRecord, *, new_entries: Sequence[ConversationEntry] = (),
@@ -130,24 +130,29 @@ class SqlConversationStore(ConversationStore):
         return await asyncio.to_thread(self._read_entry_sync, entry_id)
 
     def _read_entry_sync(self, entry_id: str) -> ConversationEntry:
+        with self.database.reader.begin() as conn:
+            return self._entry(conn, entry_id)
+
+    def _entry(self, conn: Any, entry_id: str) -> ConversationEntry:
         e = self.database.entries
-        with self.database.engine.begin() as conn:
-            row = conn.execute(e.select().where(e.c.id == entry_id)).mappings().first()
+        row = conn.execute(e.select().where(e.c.id == entry_id)).mappings().first()
         if row is None:
             raise LookupError(f"conversation entry {entry_id!r} is not stored")
         return ConversationEntry(id=row["id"], parent_id=row["parent_id"], kind=row["kind"],
                                  message=_message_ta.validate_json(row["message"]))
 
     async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
-        """The history up to ``head_id`` read on one worker thread (one connection, not one per entry)."""
+        """The history up to ``head_id``, read in one read transaction on one worker thread (one consistent view,
+        not one transaction per entry)."""
         return await asyncio.to_thread(self._read_history_sync, head_id, limit)
 
     def _read_history_sync(self, head_id: str | None, limit: int | None) -> list[ConversationEntry]:
         entries: list[ConversationEntry] = []
         entry_id = head_id
-        while entry_id is not None and (limit is None or len(entries) < limit):
-            entry = self._read_entry_sync(entry_id)
-            entries.append(entry)
-            entry_id = entry.parent_id
+        with self.database.reader.begin() as conn:
+            while entry_id is not None and (limit is None or len(entries) < limit):
+                entry = self._entry(conn, entry_id)
+                entries.append(entry)
+                entry_id = entry.parent_id
         entries.reverse()
         return entries

@@ -7,9 +7,10 @@ every machine, writes to it, so ``ab-report --db`` reads one source::
     log = open_event_log("sqlite:////srv/hyde/served.db")      # or a Settings, or None (the configured one)
     log.add_turn(TurnRecord(...))
 
-SQLite (the default: ``HYDE_DATA_DIR/served.db``) runs in WAL mode with a busy timeout, and every
-transaction begins ``IMMEDIATE``: writers from several processes queue for the lock instead of failing
-with "database is locked". PostgreSQL is reached by URL (``postgresql://user:pw@host/db``, driver
+SQLite (the default: ``HYDE_DATA_DIR/served.db``) runs in WAL mode with a busy timeout; a write transaction
+begins ``IMMEDIATE`` (writers from several processes queue for the lock instead of failing with "database is
+locked"), a read (``SqlDatabase.reader``) begins deferred and never waits behind a writer (WAL readers read the
+last committed state). Neither engine puts the SQL parameters (a learner's text) into its error messages. PostgreSQL is reached by URL (``postgresql://user:pw@host/db``, driver
 psycopg 3); its outcome updates are single ``UPDATE`` statements, so concurrent writers never lose one.
 """
 
@@ -58,12 +59,15 @@ class SqlDatabase:
             path = self.url.split(":///", 1)[-1]
             if path and path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self.engine = sa.create_engine(self.url, connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False})
+            self.engine = sa.create_engine(self.url, connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False},
+                                           hide_parameters=True)
             sa.event.listen(self.engine, "connect", _sqlite_connect)
             sa.event.listen(self.engine, "begin", _sqlite_begin)
         else:
             self.engine = sa.create_engine(self.url, pool_pre_ping=True, pool_size=5, max_overflow=10,
-                                           pool_timeout=BUSY_TIMEOUT_S)
+                                           pool_timeout=BUSY_TIMEOUT_S, hide_parameters=True)
+        self.reader = self.engine.execution_options(hyde_read_only=True)
+        """The engine for reads: its transactions begin deferred on SQLite (``engine`` is for writes)."""
         self.metadata = sa.MetaData()
         self.turns = sa.Table("hyde_turns", self.metadata, *_turn_columns(sa))
         self.retrievals = sa.Table(
@@ -122,7 +126,10 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _sqlite_begin(connection: Any) -> None:
-    connection.exec_driver_sql("BEGIN IMMEDIATE")  # take the write lock up front: no upgrade deadlock later
+    if connection.get_execution_options().get("hyde_read_only"):
+        connection.exec_driver_sql("BEGIN")  # a read: no lock until it reads, and a WAL reader never waits
+    else:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")  # take the write lock up front: no upgrade deadlock later
 
 
 _SQL_TYPES = {"str": "String", "int": "Integer", "float": "Float", "bool": "Boolean"}
@@ -232,13 +239,13 @@ class SqlEventLog:
         query = t.select().order_by(t.c.timestamp, t.c.turn_id)
         if experiment is not None:
             query = query.where(t.c.experiment == experiment)
-        with self.database.engine.begin() as conn:
+        with self.database.reader.begin() as conn:
             return [_turn_from_row(row) for row in conn.execute(query).mappings()]
 
     def turn(self, turn_id: str) -> TurnRecord | None:
         """One stored turn, or None."""
         t = self.database.turns
-        with self.database.engine.begin() as conn:
+        with self.database.reader.begin() as conn:
             row = conn.execute(t.select().where(t.c.turn_id == turn_id)).mappings().first()
         return None if row is None else _turn_from_row(row)
 
@@ -247,7 +254,7 @@ class SqlEventLog:
         t = self.database.turns
         query = (t.select().where(t.c.subject == subject, t.c.conversation_id == conversation_id)
                  .order_by(t.c.timestamp.desc()).limit(1))
-        with self.database.engine.begin() as conn:
+        with self.database.reader.begin() as conn:
             row = conn.execute(query).mappings().first()
         return None if row is None else _turn_from_row(row)
 
@@ -256,7 +263,7 @@ class SqlEventLog:
         query = table.select().order_by(table.c.id)
         if value is not None:
             query = query.where(table.c[column] == value)
-        with self.database.engine.begin() as conn:
+        with self.database.reader.begin() as conn:
             return list(conn.execute(query))
 
     def retrievals(self, turn_id: str | None = None) -> list[tuple[str | None, RetrievalRecord]]:
@@ -273,7 +280,7 @@ class SqlEventLog:
     def latest_experiment_event(self) -> ExperimentEvent | None:
         """The experiment running now, as the operator last set it (None: never set; the settings decide)."""
         e = self.database.experiments
-        with self.database.engine.begin() as conn:
+        with self.database.reader.begin() as conn:
             row = conn.execute(e.select().order_by(e.c.id.desc()).limit(1)).first()
         return None if row is None else _experiment_event(row)
 

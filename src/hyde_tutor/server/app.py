@@ -9,11 +9,10 @@ builds its own parts; they share the database and the secret).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
-import json
 import logging
 import math
-import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
@@ -33,14 +32,15 @@ from starlette.staticfiles import StaticFiles
 from ..config import Settings
 from ..plugin.operations import change_experiment, experiment_status, learner_tag
 from ..plugin.served import ServedTutor
+from . import bodies
 from .chat import turn_stream
 from .learners import COOKIE, BadIdentity, LearnerIdentity, RateLimiter
+from .limits import BodyTooLarge, Proxies, read_body
 
 __all__ = ("ServerParts", "create_app")
 
 _log = logging.getLogger("hyde_tutor.server")
 STATIC = Path(__file__).parent / "static"
-_CHAT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
                                "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
@@ -71,25 +71,20 @@ def create_app(parts: ServerParts) -> Starlette:
     """The served tutor as a Starlette app."""
     server = parts.settings.server
     limiter = RateLimiter(server.rate_per_minute)
+    minting = RateLimiter(server.new_learners_per_minute)  # new learners per client address
+    proxies = Proxies(server.trusted_proxies)
     tutor, log = parts.tutor, parts.tutor.log
     in_flight = {"turns": 0}
 
-    def learner_of(request: Request) -> tuple[str, str | None]:
-        """``(learner, new cookie value or None)``; raises ``BadIdentity``."""
+    def learner_of(request: Request) -> str | None:
+        """The learner a request names (a host application's, else its cookie's); None when it names none.
+        Raises ``BadIdentity``."""
         hosted = parts.identity.from_host(request.headers.get("x-hyde-learner"),
                                           request.headers.get("x-hyde-host-secret"))
         if hosted:
-            return hosted, None
+            return hosted
         value = request.cookies.get(COOKIE)
-        if value:
-            return parts.identity.from_cookie(value), None
-        return parts.identity.new_cookie()
-
-    def with_cookie(response: Response, cookie: str | None) -> Response:
-        if cookie:
-            response.set_cookie(COOKIE, cookie, max_age=365 * 24 * 3600, httponly=True, samesite="strict",
-                                secure=server.host not in ("127.0.0.1", "localhost", "::1"))
-        return response
+        return parts.identity.from_cookie(value) if value else None
 
     def operator_refusal(request: Request) -> Response | None:
         token = server.operator_token.get_secret_value() if server.operator_token else None
@@ -101,44 +96,65 @@ def create_app(parts: ServerParts) -> Starlette:
                           **{"WWW-Authenticate": "Bearer"})
         return None
 
+    def too_many(wait: float, what: str) -> Response:
+        return _error(429, f"{what}; wait {math.ceil(wait)} s", **{"Retry-After": str(math.ceil(wait))})
+
     async def page(request: Request) -> Response:
         try:
-            _, cookie = learner_of(request)
+            known = learner_of(request) is not None
         except BadIdentity:
-            _, cookie = parts.identity.new_cookie()  # the page replaces a bad cookie; the API refuses it
-        return with_cookie(FileResponse(STATIC / "index.html", headers=SECURITY_HEADERS), cookie)
+            known = False  # the page replaces a bad cookie; the API refuses it
+        response = FileResponse(STATIC / "index.html", headers=SECURITY_HEADERS)
+        if known:
+            return response
+        wait = minting.retry_after(proxies.client(request))
+        if wait:
+            return too_many(wait, f"too many new learners from this address: at most {server.new_learners_per_minute} "
+                                  "a minute (HYDE_SERVER__NEW_LEARNERS_PER_MINUTE)")
+        _, cookie = parts.identity.new_cookie()
+        response.set_cookie(COOKIE, cookie, max_age=365 * 24 * 3600, httponly=True, samesite="strict",
+                            secure=proxies.scheme(request) == "https")
+        return response
 
     async def health(request: Request) -> Response:
-        import asyncio
-
-        try:
-            await asyncio.wait_for(asyncio.to_thread(log.experiment_events, "__health__"), 5)
-        except Exception as exc:  # noqa: BLE001 - health says what is wrong, it does not raise
-            return _error(503, f"database unreachable ({type(exc).__name__})")
+        checks = (("database", lambda: log.experiment_events("__health__")), ("vector store", _store_check(tutor)))
+        for what, check in checks:
+            try:
+                await asyncio.wait_for(asyncio.to_thread(check), 5)
+            except Exception as exc:  # noqa: BLE001 - health says what is wrong, it does not raise
+                return _error(503, f"{what} unreachable ({type(exc).__name__})")
         return JSONResponse({"status": "ok", "turns_in_flight": in_flight["turns"]})
 
-    async def chat(request: Request) -> Response:
+    def required_learner(request: Request) -> str | Response:
+        """The learner of an API request, or its refusal: the API never makes a learner (the page does)."""
         try:
-            learner, cookie = learner_of(request)
+            learner = learner_of(request)
         except BadIdentity as exc:
             return _error(403, str(exc))
-        if int(request.headers.get("content-length") or 0) > server.max_body_bytes:
-            return _error(413, f"request body over {server.max_body_bytes} bytes")
-        body = await request.body()
-        if len(body) > server.max_body_bytes:
-            return _error(413, f"request body over {server.max_body_bytes} bytes")
-        question, chat_id, problem = _read_turn(body, server.max_message_chars)
-        if problem:
-            return _error(422, problem)
+        if learner is None:
+            return _error(403, "no learner: open the chat page first (it sets the session cookie)")
+        return learner
+
+    async def chat(request: Request) -> Response:
+        learner = required_learner(request)
+        if isinstance(learner, Response):
+            return learner
+        if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            return _error(415, "send the chat request as Content-Type: application/json")
+        try:
+            turn_in = bodies.chat_turn(await read_body(request, server.max_body_bytes), server.max_message_chars)
+        except BodyTooLarge as exc:
+            return _error(413, str(exc))
+        except bodies.Malformed as exc:
+            return _error(422, str(exc))
         wait = limiter.retry_after(learner)
         if wait:
-            return _error(429, f"too many messages: at most {server.rate_per_minute} a minute; wait {math.ceil(wait)} s",
-                          **{"Retry-After": str(math.ceil(wait))})
-        conversation_id = f"{learner_tag(learner)}-{chat_id}"
-        adapter = await VercelAIAdapter.from_request(request, agent=tutor.agent, conversation_store=parts.store,
-                                                     conversation_scope=learner)
+            return too_many(wait, f"too many messages: at most {server.rate_per_minute} a minute")
+        conversation_id = f"{learner_tag(learner)}-{turn_in.chat_id}"
+        adapter = VercelAIAdapter(agent=tutor.agent, run_input=turn_in.run_input, accept=request.headers.get("accept"),
+                                  conversation_store=parts.store, conversation_scope=learner)
         loaded = await parts.store.load(conversation_id, scope=learner)
-        turn = await tutor.start_turn(learner, conversation_id, question, loaded.messages if loaded else ())
+        turn = await tutor.start_turn(learner, conversation_id, turn_in.question, loaded.messages if loaded else ())
 
         async def counted() -> AsyncIterator[Any]:
             in_flight["turns"] += 1
@@ -149,28 +165,20 @@ def create_app(parts: ServerParts) -> Starlette:
             finally:
                 in_flight["turns"] -= 1
 
-        return with_cookie(adapter.streaming_response(counted()), cookie)
+        return adapter.streaming_response(counted())
 
     async def rating(request: Request) -> Response:
         from ..plugin.events import RatingEvent
 
+        learner = required_learner(request)
+        if isinstance(learner, Response):
+            return learner
         try:
-            learner, _ = learner_of(request)
-        except BadIdentity as exc:
-            return _error(403, str(exc))
-        if request.cookies.get(COOKIE) is None and request.headers.get("x-hyde-learner") is None:
-            return _error(403, "no learner: open the chat page first")
-        try:
-            data = json.loads(await request.body())
-            value, reason = int(data["rating"]), (data.get("reason") or None)
-            turn_id = str(data["turn_id"])
-        except (ValueError, KeyError, TypeError):
-            return _error(422, 'send JSON {"turn_id": "...", "rating": 1 or -1, "reason": "optional, one line"}')
-        if value not in (1, -1) or (reason is not None and (not isinstance(reason, str) or len(reason) > 300)):
-            return _error(422, "rating is 1 or -1; reason is one line of at most 300 characters")
-        reason = " ".join(reason.split()) if reason else None
-        import asyncio
-
+            turn_id, value, reason = bodies.rating(await read_body(request, server.max_body_bytes))
+        except BodyTooLarge as exc:
+            return _error(413, str(exc))
+        except bodies.Malformed as exc:
+            return _error(422, str(exc))
         stored = await asyncio.to_thread(log.add_rating, RatingEvent(turn_id=turn_id, subject=learner, rating=value,
                                                                      reason=reason))
         if not stored:
@@ -178,31 +186,25 @@ def create_app(parts: ServerParts) -> Starlette:
         return JSONResponse({"stored": True})
 
     async def status(request: Request) -> Response:
-        import asyncio
-
         return operator_refusal(request) or JSONResponse(
             await asyncio.to_thread(experiment_status, log, tutor.default_experiment))
 
     async def experiment(request: Request) -> Response:
-        import asyncio
-
         if (refused := operator_refusal(request)) is not None:
             return refused
         try:
-            data = json.loads(await request.body() or b"{}")
-            share = data.get("share")
-            event = await asyncio.to_thread(change_experiment, log, data.get("action"), tutor.default_experiment,
-                                            share=None if share is None else float(share), name=data.get("name"),
-                                            actor="http", force=data.get("force") is True,
+            action, share, name, force = bodies.experiment_change(await read_body(request, server.max_body_bytes))
+            event = await asyncio.to_thread(change_experiment, log, action, tutor.default_experiment, share=share,
+                                            name=name, actor="http", force=force,
                                             cannot_help=parts.hyde_cannot_help)
-        except (ValueError, TypeError, AttributeError) as exc:
-            return _error(422, f"{exc}; send JSON {{\"action\": \"start\"|\"stop\"|\"share\", \"share\": 0.5, \"name\": \"...\"}}")
+        except BodyTooLarge as exc:
+            return _error(413, str(exc))
+        except (ValueError, TypeError) as exc:  # bodies.Malformed, and change_experiment's own refusals
+            return _error(422, str(exc) if isinstance(exc, bodies.Malformed) else f"{exc}; {bodies.EXPERIMENT_SHAPE}")
         _log.warning("experiment %s: %s share %.2f (http)", event.change, event.experiment, event.hyde_share)
         return JSONResponse(asdict(event))
 
     async def report(request: Request) -> Response:
-        import asyncio
-
         if (refused := operator_refusal(request)) is not None:
             return refused
         name = request.query_params.get("experiment")
@@ -230,21 +232,8 @@ def create_app(parts: ServerParts) -> Starlette:
                      middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts)])
 
 
-def _read_turn(body: bytes, max_chars: int) -> tuple[str, str, str | None]:
-    """``(question, chat id, problem)`` of a Vercel AI chat request (``problem`` None when usable)."""
-    try:
-        data = json.loads(body)
-        message = data["messages"][-1]
-        text = "".join(p.get("text", "") for p in message["parts"] if isinstance(p, dict) and p.get("type") == "text")
-        chat_id = str(data.get("id") or "")
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
-        return "", "", "send a Vercel AI chat request: {\"id\": ..., \"messages\": [{\"role\": \"user\", \"parts\": [...]}]}"
-    if message.get("role") != "user":
-        return "", "", "the last message must be the learner's (role user)"
-    if not text.strip():
-        return "", "", "the message is empty"
-    if len(text) > max_chars:
-        return "", "", f"the message is {len(text)} characters; at most {max_chars} (HYDE_SERVER__MAX_MESSAGE_CHARS)"
-    if not _CHAT_ID.fullmatch(chat_id):
-        return "", "", "the chat id must be 1-64 letters, digits, _ or -"
-    return text.strip(), chat_id, None
+def _store_check(tutor: ServedTutor) -> Callable[[], Any]:
+    """A call that reaches the tutor's vector store (lists its collections), as the health check reaches the
+    database: a Qdrant server that does not answer makes the server unhealthy, not only its first search."""
+    store = getattr(getattr(tutor.retriever, "retriever", None), "store", None)
+    return store.list_collections if store is not None else (lambda: None)

@@ -35,9 +35,12 @@ def server_secret(configured: str | None, data_dir: Path) -> bytes:
     path = data_dir / "server-secret"
     if not path.exists():
         data_dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".server-secret.{os.getpid()}")
-        tmp.write_text(secrets.token_hex(32))
-        os.chmod(tmp, 0o600)
+        tmp = path.with_name(f".server-secret.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # owner-only from its first byte
+        try:
+            os.write(fd, secrets.token_hex(32).encode())
+        finally:
+            os.close(fd)
         try:
             os.link(tmp, path)  # atomic: the first worker's secret wins, the others read it
         except FileExistsError:
@@ -88,7 +91,8 @@ class LearnerIdentity:
 
 
 class RateLimiter:
-    """At most ``per_minute`` messages per learner in any 60 s (in this worker's memory)."""
+    """At most ``per_minute`` events per key in any 60 s, in this worker's memory (the server keys its messages
+    by learner, and the learners it makes by client address)."""
 
     def __init__(self, per_minute: int, window_s: float = 60.0) -> None:
         self.per_minute = per_minute
@@ -97,7 +101,7 @@ class RateLimiter:
         self._lock = threading.Lock()
 
     def retry_after(self, learner: str) -> float:
-        """0 and the message counted when allowed; else seconds until the learner may send again."""
+        """0 and the event counted when allowed; else seconds until the key (a learner) may go again."""
         now = time.monotonic()
         with self._lock:
             if len(self._seen) > 100_000:  # forget idle learners

@@ -1,0 +1,113 @@
+"""The served tutor's database under contention and failure (issue 37): a read never queues behind a writer
+(SQLite: only writes begin IMMEDIATE), a conversation's history is read in one transaction, and a failing save
+never carries the learner's text into an error message or the log."""
+
+from __future__ import annotations
+
+import sqlite3
+import warnings
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from pydantic_ai.conversation import Conversation
+from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+from hyde_tutor.plugin import sqlstore
+from hyde_tutor.plugin.events import ExperimentEvent, TurnRecord
+from hyde_tutor.plugin.sqlconversations import SqlConversationStore
+from hyde_tutor.plugin.sqlstore import SqlDatabase, SqlEventLog
+
+SECRET_TEXT = "мой-секретный-вопрос-7319"
+
+
+def _conversation(cid: str, *texts: str) -> Conversation:
+    messages = []
+    for text in texts:
+        messages += [ModelRequest(parts=[UserPromptPart(text)]), ModelResponse(parts=[TextPart("ответ: " + text)])]
+    return Conversation(messages=messages, conversation_id=cid)
+
+
+async def test_a_read_does_not_wait_behind_a_held_write_lock(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(sqlstore, "BUSY_TIMEOUT_S", 0.05)  # a read that queued behind the writer would fail at once
+    path = tmp_path / "served.db"
+    database = SqlDatabase(f"sqlite:///{path}")
+    log, store = SqlEventLog(database), SqlConversationStore(database)
+    log.add_turn(TurnRecord(turn_id="t1", subject="s1", conversation_id="c1", experiment="x", arm="hyde"))
+    log.add_experiment_event(ExperimentEvent(change="start", experiment="x", hyde_share=0.5, enabled=True))
+    await store.save(_conversation("s1-c1", "привет", "ещё"), scope="s1")
+    writer = sqlite3.connect(path, isolation_level=None, timeout=0.05)
+    writer.execute("BEGIN IMMEDIATE")  # another worker holds the write lock, mid-transaction
+    writer.execute("INSERT INTO hyde_ratings (turn_id, subject, rating) VALUES ('t1', 's1', 1)")
+    try:
+        assert [t.turn_id for t in log.turns()] == ["t1"] and log.turn("t1") is not None
+        assert log.last_turn("s1", "c1") is not None and log.latest_experiment_event().experiment == "x"
+        assert log.experiment_events("__health__") == [] and log.ratings() == []  # the uncommitted rating unseen
+        loaded = await store.load("s1-c1", scope="s1")
+        assert loaded is not None and len(loaded.messages) == 4
+        with pytest.raises(sa.exc.OperationalError, match="locked"):  # a write still takes the lock (and waits)
+            log.add_turn(TurnRecord(turn_id="t2", subject="s1", conversation_id="c1", experiment="x", arm="raw"))
+    finally:
+        writer.rollback()
+        writer.close()
+        database.close()
+    assert [t.turn_id for t in SqlEventLog(f"sqlite:///{path}").turns()] == ["t1"]
+
+
+async def test_a_history_is_read_in_one_transaction(sql_db: SqlDatabase) -> None:
+    store = SqlConversationStore(sql_db)
+    await store.save(_conversation("s1-c1", *[f"вопрос {i}" for i in range(10)]), scope="s1")
+    begun: list[int] = []
+
+    def count(conn) -> None:  # type: ignore[no-untyped-def]
+        begun.append(1)
+
+    sa.event.listen(sql_db.engine, "begin", count)
+    try:
+        record = await store.read_record("s1-c1")
+        before = len(begun)
+        history = await store.read_history(record.head_id)
+    finally:
+        sa.event.remove(sql_db.engine, "begin", count)
+    assert len(history) == 20 and len(begun) - before == 1
+
+
+async def test_a_failing_conversation_save_carries_no_learner_text(sql_db: SqlDatabase) -> None:
+    store = SqlConversationStore(sql_db)
+    with sql_db.engine.begin() as conn:
+        conn.execute(sa.text("DROP TABLE hyde_conversation_entries"))  # the save will fail inside the database
+    try:
+        with pytest.raises(sa.exc.DBAPIError) as failed:
+            await store.save(_conversation("s1-c1", SECRET_TEXT), scope="s1")
+        text = f"{failed.value}\n{failed.value!r}\n{failed.value.__cause__}"
+        assert SECRET_TEXT not in text
+        assert "hyde_conversation_entries" in text and "hidden" in text  # it still says where it failed
+    finally:
+        sql_db.metadata.create_all(sql_db.engine)
+
+
+def test_a_failing_save_in_a_served_turn_logs_no_learner_text(tmp_path: Path, caplog) -> None:
+    from starlette.testclient import TestClient
+
+    from hyde_tutor.config import Settings
+    from hyde_tutor.server import create_app
+
+    from .served_stub import stub_parts
+
+    parts = stub_parts(tmp_path, Settings(data_dir=tmp_path / "data", server={"allowed_hosts": ["testserver"]}))
+    try:
+        with parts.store.database.engine.begin() as conn:
+            conn.execute(sa.text("DROP TABLE hyde_conversation_entries"))
+        client = TestClient(create_app(parts))
+        client.get("/")
+        body = {"id": "chat1", "trigger": "submit-message",
+                "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": SECRET_TEXT}]}]}
+        with caplog.at_level("DEBUG"), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            response = client.post("/api/chat", json=body)
+        said = caplog.text + "\n".join(str(w.message) for w in caught)
+        assert response.status_code == 200 and "conversation_store" in said  # the failure was reported ...
+        assert SECRET_TEXT not in said  # ... without the learner's text
+    finally:
+        for close in parts.closers:
+            close()
