@@ -168,7 +168,9 @@ def margin(hits: list[list[Any]]) -> float:
     return (hits[0][1] - (hits[1][1] if len(hits) > 1 else 0.0)) / hits[0][1]
 
 
-GENERATED_NOW = {"raw_fu": "conv", "w_raw_fu": 1.0}
+GENERATED_BEFORE = {"raw_fu": "conv", "w_raw_fu": 1.0}
+GENERATED_NOW = {**GENERATED_BEFORE, "lead": 1}
+"""The choice (issue 39): the hypothesis's top entry leads a follow-up (``HydePolicy.followup_lead``)."""
 
 
 def generated_grid() -> list[dict[str, Any]]:
@@ -236,10 +238,10 @@ def main() -> None:
     print("\n## generated path: best on the tuning half\n")
     for key, cfg in pick(rows, generated, generated_grid(), top=12):
         print(key, cfg)
-    print("\n## offline, now\n")
-    table(rows, offline, {"now": OFFLINE_NOW, "message alone": {"w": {"msg": 1}, "k": 5}})
-    print("\n## generated, now\n")
-    table(rows, generated, {"now": GENERATED_NOW})
+    print("\n## offline: the conversation search kept, and the message alone\n")
+    table(rows, offline, {"conversation search (kept)": OFFLINE_NOW, "message alone": {"w": {"msg": 1}, "k": 5}})
+    print("\n## generated: before, and the hypothesis leads a follow-up (the choice)\n")
+    table(rows, generated, {"before": GENERATED_BEFORE, "hypothesis leads": GENERATED_NOW})
 
 
 if __name__ == "__main__":
