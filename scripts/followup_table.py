@@ -53,6 +53,8 @@ ROWS_39: dict[str, tuple[str, str]] = {
     "offline: conversation search (the `conversation` arm)": ("hyde=0", "pipeline"),
     "v2 hypothesis + conversation search, before (no lead)": ("followup_request_version=2,followup_lead=0", "pipeline"),
     "v2 hypothesis + conversation search, the hypothesis leads (default)": ("followup_request_version=2", "pipeline"),
+    "agent: its own query and hypothesis (tools path), before (no lead)": ("agent=replace,cascade_margin=0,followup_lead=0",
+                                                                            "agent"),
     "agent: its own query and hypothesis (tools path)": ("agent=replace,cascade_margin=0", "agent"),
 }
 
