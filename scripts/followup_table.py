@@ -8,6 +8,14 @@ search (the pipeline's follow-up path) and beside the message alone (the hypothe
 ready hypothesis, ``agent_hypothesis``, with no history: the raw channel is then the message as typed).
 
     .venv/bin/python scripts/followup_table.py --sets followups,conversations --json docs/recorded/followups_v2.json
+
+``--issue39``: the offline conversation search, the generated path before and after the hypothesis leads a
+follow-up, and (data/eval/followups only: its agent turns are recorded) the agent path, per half of the sets
+(``hyde_tutor.evaluation.splits``: tune / heldout) and on the fresh set (``--sets fresh --recordings <file>``):
+
+    .venv/bin/python scripts/followup_table.py --issue39 --sets conversations,followups --json docs/recorded/issue39.json
+    .venv/bin/python scripts/followup_table.py --issue39 --sets fresh \
+        --recordings data/recordings/fresh_followups.v2.rec1.jsonl --json docs/recorded/issue39.fresh.rec1.json
 """
 
 from __future__ import annotations
@@ -23,11 +31,13 @@ import numpy as np
 from hyde_tutor.corpus.ingest import IngestRequest, ingest_file
 from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.evaluation.metrics import recall_at_k
+from hyde_tutor.evaluation.splits import half_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tune_policy import Runner, parse_policy  # noqa: E402
 
-SETS = {"followups": "data/eval/followups", "conversations": "data/eval/conversations"}
+SETS = {"followups": "data/eval/followups", "conversations": "data/eval/conversations",
+        "fresh": "data/eval/fresh_followups"}
 ROWS: dict[str, tuple[str, str]] = {
     # label: (policy spec, how the hypothesis meets the raw channel)
     "raw, the message alone": ("hyde=0,history=0", "pipeline"),
@@ -36,6 +46,16 @@ ROWS: dict[str, tuple[str, str]] = {
     "v2 hypothesis + context search": ("followup_request_version=2", "pipeline"),
     "v2 hypothesis + the message alone": ("followup_request_version=2", "message"),
     "v2 hypothesis alone (no raw channel)": ("followup_request_version=2,only=1", "pipeline"),
+}
+ROWS_39: dict[str, tuple[str, str]] = {
+    # issue 39: the offline conversation search, the generated path before and after the lead, the agent
+    "offline: the message alone": ("hyde=0,history=0", "pipeline"),
+    "offline: conversation search (the `conversation` arm)": ("hyde=0", "pipeline"),
+    "v2 hypothesis + conversation search, before (no lead)": ("followup_request_version=2,followup_lead=0", "pipeline"),
+    "v2 hypothesis + conversation search, the hypothesis leads (default)": ("followup_request_version=2", "pipeline"),
+    "agent: its own query and hypothesis (tools path), before (no lead)": ("agent=replace,cascade_margin=0,followup_lead=0",
+                                                                            "agent"),
+    "agent: its own query and hypothesis (tools path)": ("agent=replace,cascade_margin=0", "agent"),
 }
 
 
@@ -55,6 +75,8 @@ def kinds(root: str) -> tuple[dict[str, str], dict[str, str]]:
 
 def run(runner: Runner, spec: str, mode: str, queries: list[Any]) -> list[tuple[list[str], int, str | None]]:
     policy = parse_policy(spec)
+    if mode == "agent":  # the tools path, replayed from the recorded tool calls (data/recordings/agent/)
+        return [(o.ranked, o.calls, o.fallback) for o in runner.run(policy, "grammar", "grammar_search", queries)]
     hr = runner.retriever_for(policy)
 
     async def all_() -> list[tuple[list[str], int, str | None]]:
@@ -80,7 +102,9 @@ def main() -> None:
     ap.add_argument("--sets", default="followups,conversations")
     ap.add_argument("--recordings", default=None, help="HYDE_LLM__RECORDINGS (default data/recordings)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--issue39", action="store_true", help="the rows of issue 39, per half (tune / heldout; fresh)")
     args = ap.parse_args()
+    rows = ROWS_39 if args.issue39 else ROWS
     runner = Runner(args.recordings)
     r = runner.retriever
     if "grammar" not in r.store.list_collections():
@@ -90,10 +114,14 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.sets.split(","):
         data, (kind_of, turn1) = load_beir(Path(SETS[name])), kinds(SETS[name])
-        for label, (spec, mode) in ROWS.items():
+        for label, (spec, mode) in rows.items():
+            if mode == "agent" and name != "followups":
+                continue  # agent turns are recorded for data/eval/followups only
             outcomes = run(runner, spec, mode, data.queries)
-            for kind in ("followup", "new", "both"):
-                sub = [(q, o) for q, o in zip(data.queries, outcomes) if kind == "both" or kind_of[q.id] == kind]
+            halves = ("all",) if not args.issue39 else ("fresh",) if name == "fresh" else ("tune", "heldout")
+            for half, kind in ((h, k) for h in halves for k in ("followup", "new", "both")):
+                sub = [(q, o) for q, o in zip(data.queries, outcomes) if (kind == "both" or kind_of[q.id] == kind)
+                       and half in ("all", "fresh", half_of(q.id))]
                 if not sub or (kind == "both" and len({kind_of[q.id] for q in data.queries}) == 1):
                     continue
                 r1 = float(np.mean([recall_at_k(o[0], data.qrels[q.id], 1) for q, o in sub]))
@@ -102,10 +130,11 @@ def main() -> None:
                 old = sum(1 for q, o in sub if o[0] and o[0][0] == turn1.get(q.id))
                 calls = sum(o[1] for _, o in sub) / len(sub)
                 unserved = sum(1 for _, o in sub if o[2] is not None)
-                figures.setdefault(name, {}).setdefault(kind, {})[label] = {
+                key = kind if half == "all" else f"{half}:{kind}"
+                figures.setdefault(name, {}).setdefault(key, {})[label] = {
                     "n": len(sub), "r1": r1, "hit1": h1, "r5": r5, "calls": calls, "top1_is_turn1_entry": old, "not_served": unserved,
                     "by_query": {q.id: o[0][:5] for q, o in sub}}
-                print(f"| {name} | {kind} | {len(sub)} | {label} | {calls:.2f} | {unserved} | {r1:.3f} | {h1:.3f} | "
+                print(f"| {name if half == 'all' else f'{name} ({half})'} | {kind} | {len(sub)} | {label} | {calls:.2f} | {unserved} | {r1:.3f} | {h1:.3f} | "
                       f"{r5:.3f} | {old} |")
     runner.loop.close()
     runner.retriever.close()

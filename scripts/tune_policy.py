@@ -136,7 +136,8 @@ def parse_policy(spec: str) -> Policy:
             policy.overrides["agent_hypothesis"] = value
         elif key in ("fusion", "legs", "generation"):
             policy.overrides[key] = value
-        elif key in ("rrf_k", "n_hypotheses", "hypothesis_length", "min_agreement", "followup_request_version"):
+        elif key in ("rrf_k", "n_hypotheses", "hypothesis_length", "min_agreement", "followup_request_version",
+                     "followup_lead"):
             policy.overrides[key] = int(value)
         else:
             policy.overrides[key] = float(value)

@@ -141,3 +141,28 @@ def test_search_compare_prints_raw_and_hyde_side_by_side(small_corpus: Path, mon
     assert "hypothesis [rule]:" in out.output
     rows = [line for line in out.output.splitlines() if line[:2].strip().isdigit() and " | " in line]
     assert len(rows) == 3 and all(line.split(" | ")[0].split()[1].startswith("g-") for line in rows)
+
+
+def test_eval_scores_one_half_of_the_queries(tiny_beir: Path) -> None:
+    from hyde_tutor.evaluation.splits import half_of
+
+    assert half_of("q1") == half_of("q2") == "heldout"  # the fixture's two ids
+    out = runner.invoke(app, ["eval", "--collection", "fresh", "--dataset", str(tiny_beir), "--arms", "sparse",
+                              "--half", "heldout", "--json"])
+    assert out.exit_code == 0 and json.loads(out.output.strip().splitlines()[-1])["n_queries"] == 2, out.output
+    empty = runner.invoke(app, ["eval", "--collection", "fresh", "--dataset", str(tiny_beir), "--half", "tune"])
+    assert empty.exit_code == 2 and "No query" in empty.output and "tune half" in empty.output
+    bad = runner.invoke(app, ["eval", "--collection", "fresh", "--dataset", str(tiny_beir), "--half", "odd"])
+    assert bad.exit_code == 2 and "Unknown half" in bad.output
+
+
+def test_the_halves_split_the_conversation_sets_evenly_and_by_id_alone() -> None:
+    from hyde_tutor.evaluation.beir import load_beir
+    from hyde_tutor.evaluation.splits import half_of, in_half
+
+    ids = [q.id for name in ("conversations", "followups") for q in load_beir(DATA / "eval" / name).queries]
+    tune = [i for i in ids if half_of(i) == "tune"]
+    assert len(tune) == 87 and len(ids) - len(tune) == 88  # 53 + 34 against 53 + 35
+    assert half_of("cv-f01") == half_of("cv-f01") and all(in_half(i, None) and in_half(i, "all") for i in ids)
+    with pytest.raises(ValueError, match="unknown half"):
+        in_half("cv-f01", "odd")

@@ -113,3 +113,58 @@ def test_the_messages_own_top_entry_stays_within_the_first_two() -> None:
     fused = fuse_rankings([["own", "a", "b"], ["a", "b", "c"], ["b", "a", "c"]], [1.0, 1.0, 1.0])
     assert [d for d, _ in fused][:3] == ["a", "own", "b"]
     assert [d for d, _ in fuse_rankings([["a", "own"], ["a", "own"]], [1.0, 1.0])][:2] == ["a", "own"]
+
+
+# -- issue 39: the generated path keeps what the hypothesis knows ------------------------------------------------
+
+MEETING = (("user", "Как на собрании официально объявить: «собрание начинается в три часа»?"),
+           ("assistant", "В официальной речи берут стиль -(스)ㅂ니다: 회의는 세 시에 시작합니다."))
+INFORMAL = ("Конструкция: -아/어 (반말) Название: неформальный фамильярный стиль Объяснение: Используется с близкими "
+            "друзьями, ровесниками и младшими, в том числе в переписке. Образуется как -아요/어요, но без 요: после "
+            "основы с ㅏ/ㅗ -아 (가다 → 가), после остальных -어 (먹다 → 먹어), 하다 → 해. Связка: после гласной 야, "
+            "после согласной 이야. Прошедшее время: -았/었어. Ограничения: не употребляется со старшими, незнакомыми и "
+            "в официальной обстановке. Пример: 회의 세 시에 시작해. — Собрание начинается в три. Пример: 나 지금 회의 "
+            "중이야. — Я сейчас на собрании.")
+
+
+def _writing(grammar: HydeRetriever, hypothesis: str, **settings: object) -> HydeRetriever:
+    """The same store and embedders, with a model that writes ``hypothesis`` for every request."""
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
+
+    hs = HydeSettings(**settings)  # type: ignore[arg-type]
+    model = FunctionModel(lambda m, i: ModelResponse(parts=[TextPart(hypothesis)]))
+    return HydeRetriever(grammar.retriever, lambda d: HypothesisGenerator(model, "m", d, cache=MemoryCache(), hyde=hs),
+                         hs)
+
+
+def test_a_follow_up_whose_hypothesis_names_the_entry_finds_it_first(grammar: HydeRetriever) -> None:
+    text = "А если пишу то же самое другу в мессенджер?"  # after -(스)ㅂ니다: the informal style, -아/어 (반말)
+    assert _ids(grammar, text)[0] not in ("g-c26", "g-c02")  # the message alone: an unrelated entry first
+    assert _ids(grammar, text, MEETING)[0] == "g-c02"  # the conversation's search: the entry taught before
+    hr = _writing(grammar, INFORMAL)
+    found = asyncio.run(hr.search("grammar", text, history=MEETING, top_k=10))
+    assert found.used_hyde and [d.id for d in found.results][0] == "g-c26"
+
+
+def test_without_the_lead_the_conversation_outvotes_the_hypothesis(grammar: HydeRetriever) -> None:
+    text = "А если пишу то же самое другу в мессенджер?"
+    found = asyncio.run(_writing(grammar, INFORMAL, followup_lead=0).search("grammar", text, history=MEETING, top_k=10))
+    assert [d.id for d in found.results][:2] == ["g-c02", "g-c26"]  # the measured failure the lead fixes
+
+
+def test_the_lead_applies_to_follow_ups_only_and_not_with_the_embedded_model() -> None:
+    from hyde_tutor.hyde import stages
+    from hyde_tutor.hyde.policy import HydePolicy
+    from hyde_tutor.retrieval.store import Hit
+
+    raw = {"raw": [Hit("taught", 0.9, {}), Hit("named", 0.1, {})]}
+    hyp = {"hyde:rule": [Hit("named", 1.00, {}), Hit("taught", 0.99, {})]}
+    weights = stages.Weights(1.0, 3.0)
+    assert [d.id for d in stages.fuse_hyde(raw, hyp, "score", weights, True, 0)][0] == "taught"
+    assert [d.id for d in stages.fuse_hyde(raw, hyp, "score", weights, True, 0, lead=1)][0] == "named"
+    assert HydePolicy.resolve(HydeSettings()).followup_lead == 1
+    assert HydePolicy.resolve(HydeSettings(), weak_model=True).followup_lead == 0
+    assert HydePolicy.resolve(HydeSettings(followup_lead=2), weak_model=True).followup_lead == 2

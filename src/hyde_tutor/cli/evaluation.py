@@ -40,6 +40,8 @@ def evaluate(
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of nDCG@10 and recall@5 per arm and query group.")] = None,
     by: Annotated[str | None, typer.Option(help="Group the queries by this metadata field (e.g. kind: followup | "
                                                 "new); unset: named/unnamed.")] = None,
+    half: Annotated[str | None, typer.Option(help="Only this half of the queries: tune | heldout (by a hash of the "
+                                                  "query id; hyde_tutor.evaluation.splits).")] = None,
 ) -> None:
     """Score arms on the same queries: recall@1/5/10, precision@5, MRR@10, nDCG@10, per query group."""
     from ..evaluation.arms import (ARM_NAMES, CONTEXT_ARMS, CONVERSATION_ARMS, HYDE_ARMS, CondensedArm, ContextArm,
@@ -50,7 +52,7 @@ def evaluate(
     unknown = [a for a in names if a not in ARM_NAMES]
     if unknown or not names:
         fail(f"Unknown arm(s) {unknown or arms!r}; choose from {', '.join(ARM_NAMES)}.")
-    data = _load(dataset, limit, by)
+    data = _load(dataset, limit, by, half)
     hr = open_hyde()
     hyde_arms: dict[str, HydeArm] = {}
     try:
@@ -109,12 +111,18 @@ def _condenser(stack: ExitStack) -> Any:
     return Condenser.for_backend(backend, settings.llm)
 
 
-def _load(dataset: Path, limit: int | None, by: str | None = None) -> BeirDataset:
+def _load(dataset: Path, limit: int | None, by: str | None = None, half: str | None = None) -> BeirDataset:
     from ..evaluation.beir import load_beir
+    from ..evaluation.splits import HALVES, in_half
+    if half is not None and half not in (*HALVES, "all"):
+        fail(f"Unknown half {half!r}; choose tune, heldout or all.")
     try:
         data = load_beir(dataset, group_by=by)
     except HydeTutorError as exc:
         fail(str(exc))
+    data = replace(data, queries=[q for q in data.queries if in_half(q.id, half)])
+    if not data.queries:
+        fail(f"No query of {dataset} is in the {half} half.")
     if limit and limit < len(data.queries):
         step = len(data.queries) / limit  # evenly spaced: every slice of the set is represented
         data = replace(data, queries=[data.queries[int(i * step)] for i in range(limit)])

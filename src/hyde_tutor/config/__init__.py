@@ -223,6 +223,9 @@ class HydeSettings(BaseModel):
     protect_top: int = Field(
         0, ge=0, le=100, description="Keep the raw query's top N on top of fused HyDE results (0 = off).",
     )
+    followup_lead: int | None = Field(
+        None, ge=0, le=10, description="A message read as a follow-up: the hypotheses' top N lead the fused results "
+        "(the elliptical message cannot outvote them); unset = the policy's: 1 capable, 0 embedded.")
     timeout_s: float = Field(60.0, gt=0, description="Per-call timeout of hypothesis generation.")
     generation: Literal["separate", "one_call"] | None = Field(
         None, description="separate = one LLM call per hypothesis (concurrent); one_call = ONE call returns all N "

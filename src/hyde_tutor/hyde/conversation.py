@@ -45,7 +45,7 @@ DEFAULT_CONVERSATION_MODE: ConversationMode = "auto"
 CONVERSATION_RRF_K = 5
 """RRF k of the conversation's searches: a low k lets a document one search ranks first lead (chosen with the
 weights on data/eval/conversations and data/eval/followups: docs/MEASUREMENTS.md, "Conversation search
-without an LLM")."""
+without an LLM"; re-chosen on their tuning half alone in issue 39: nothing beat it by two dialogues, so kept)."""
 MESSAGE_TOP_WITHIN = 2
 """The message's own top entry is kept within this rank of the fused ranking: «А в прошедшем времени?» alone
 finds -았/었-, the conversation's searches the entry taught before; the learner sees both (measured: no cost to

@@ -321,7 +321,7 @@ class HydeRetriever:
         if not gated.channels:
             return self._fallback(raw, "off_topic", gated.notes, found)
         fused = stages.fuse_hyde(raw.channels, gated.channels, plan.fusion, stages.Weights.of(
-            plan.policy, self.questions.weight), plan.include_raw, plan.policy.protect_top)
+            plan.policy, self.questions.weight), plan.include_raw, plan.policy.protect_top, plan.lead)
         if not fused:
             return self._fallback(raw, "no_results", gated.notes, found)
         return Ranked(fused, True, None, gated.notes, found.embed_ms, found.search_ms)

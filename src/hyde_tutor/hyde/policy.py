@@ -53,6 +53,10 @@ class HydePolicy:
     """Skip generation when the raw ranking's relative top-1 margin is at least this (0 = always generate)."""
     agent_hypothesis: AgentHypothesisMode = "replace"
     """An agent-written hypothesis replaces generation, or is searched beside generated ones (``add``)."""
+    followup_lead: int = 1
+    """For a message read as a follow-up, the hypotheses' top N lead the fused ranking: a hypothesis written from
+    the conversation names what the elliptical message cannot, and the message's own search (or the conversation's)
+    must not outvote it (issue 39; chosen on the tuning half of the conversation sets)."""
 
     @classmethod
     def resolve(cls, settings: HydeSettings, weak_model: bool = False, domain: str | None = None) -> HydePolicy:
@@ -72,6 +76,7 @@ class HydePolicy:
             generation=settings.generation or base.generation,
             cascade_margin=base.cascade_margin if settings.cascade_margin is None else settings.cascade_margin,
             agent_hypothesis=settings.agent_hypothesis,
+            followup_lead=base.followup_lead if settings.followup_lead is None else settings.followup_lead,
         )
 
 
@@ -86,4 +91,5 @@ query's weight. On a SQuAD sample (data/eval/passage_en) it lifts nDCG@10 from 0
 Korean default (weight 6, N=4) fell below raw (0.923): the hypotheses must not outvote the query there."""
 DOMAIN_POLICIES: dict[str, HydePolicy] = {"grammar": STRONG_MODEL_POLICY, "docs": STRONG_MODEL_POLICY,
                                           "passage": PASSAGE_POLICY}
-WEAK_MODEL_POLICY = HydePolicy(n_hypotheses=1, fusion="score", hypothesis_weight=0.5, min_agreement=3, enabled=False)
+WEAK_MODEL_POLICY = HydePolicy(n_hypotheses=1, fusion="score", hypothesis_weight=0.5, min_agreement=3, enabled=False,
+                               followup_lead=0)

@@ -244,9 +244,11 @@ def fuse(channels: Channels, fusion: FusionMode, weights: Weights) -> list[Retri
 
 def fuse_hyde(
     raw: Channels, hypotheses: Channels, fusion: FusionMode, weights: Weights, include_raw: bool, protect_top: int,
+    lead: int = 0,
 ) -> list[RetrievedDoc]:
     """The hypothesis channels fused with the query-only ones (raw left out when ``include_raw`` is off;
-    the questions channel always stays), the raw query's top ``protect_top`` kept on top."""
+    the questions channel always stays), the raw query's top ``protect_top`` kept on top, or (``lead``, a
+    follow-up) the hypotheses' own top ``lead`` (their channels fused alone)."""
     if include_raw:
         channels = {**raw, **hypotheses}
     else:
@@ -255,6 +257,11 @@ def fuse_hyde(
     if include_raw and protect_top:
         by_id = {d.id: d for d in fused}
         order = protect_head([(d.id, d.score) for d in fused], [h.doc_id for h in raw[RAW]], protect_top)
+        fused = [RetrievedDoc(d, s, by_id[d].payload, by_id[d].channels) for d, s in order]
+    if lead and hypotheses:
+        by_id = {d.id: d for d in fused}
+        anchor = [d.id for d in fuse(hypotheses, fusion, weights)]
+        order = protect_head([(d.id, d.score) for d in fused], anchor, lead)
         fused = [RetrievedDoc(d, s, by_id[d].payload, by_id[d].channels) for d, s in order]
     return fused
 
