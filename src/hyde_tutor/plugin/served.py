@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.usage import RunUsage
 
 from ..corpus.rendering import distinct_entries, format_entries
 from ..errors import HydeTutorError
@@ -95,8 +96,9 @@ class ServedTutor:
         return self.agent.output_type is not str
 
     async def start_turn(self, subject: str, conversation_id: str, question: str,
-                         history: Sequence[ModelMessage] = ()) -> ServedTurn:
-        """Open a turn: the experiment running now decides the learner's arm for the whole turn."""
+                         history: Sequence[ModelMessage] = (), usage: RunUsage | None = None) -> ServedTurn:
+        """Open a turn: the experiment running now decides the learner's arm for the whole turn. ``usage``: the
+        stored conversation's (the run adds to it; the turn's limit and cost count only what this turn adds)."""
         experiment = await asyncio.to_thread(current_experiment, self.log, self.default_experiment)
         previous = await asyncio.to_thread(self.log.last_turn, subject, conversation_id)
         monitor = TurnMonitor()
@@ -104,7 +106,8 @@ class ServedTutor:
         arm = experiment.arm(subject) if experiment is not None else "unassigned"
         prior = [text for role, text in conversation(history) if role == "user"]
         return ServedTurn(self, deps, monitor, uuid.uuid4().hex, subject, conversation_id, question,
-                          experiment, arm, previous, prior[-1] if prior else None, tuple(history))
+                          experiment, arm, previous, prior[-1] if prior else None, tuple(history),
+                          prior_usage=usage or RunUsage())
 
     async def warm_up(self, collection: str = "grammar") -> None:
         """One plain search at startup, so the first learner does not wait for the embedder and the Korean analyser
@@ -136,6 +139,8 @@ class ServedTurn:
     previous: TurnRecord | None
     previous_question: str | None
     history: tuple[ModelMessage, ...] = ()
+    prior_usage: RunUsage = field(default_factory=RunUsage)
+    """The stored conversation's usage before this turn (a run's usage is the whole conversation's)."""
     started: float = field(default_factory=time.perf_counter)
     first_token: float | None = None
     shown: int = 0
@@ -185,7 +190,7 @@ class ServedTurn:
         if result is not None:
             try:
                 text, replaced, grounded, rank = self._reply(result.output, entries)
-                usage = result.usage
+                usage = result.usage - self.prior_usage  # this turn's requests and tokens only
             except ValueError as exc:
                 result, error = None, f"ValueError: {exc}"
         if result is None:

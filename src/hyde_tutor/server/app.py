@@ -136,7 +136,8 @@ def create_app(parts: ServerParts) -> Starlette:
         adapter = await VercelAIAdapter.from_request(request, agent=tutor.agent, conversation_store=parts.store,
                                                      conversation_scope=learner)
         loaded = await parts.store.load(conversation_id, scope=learner)
-        turn = await tutor.start_turn(learner, conversation_id, question, loaded.messages if loaded else ())
+        turn = await tutor.start_turn(learner, conversation_id, question, loaded.messages if loaded else (),
+                                      loaded.usage if loaded else None)
 
         async def counted() -> AsyncIterator[Any]:
             in_flight["turns"] += 1

@@ -37,10 +37,11 @@ async def turn_stream(adapter: VercelAIAdapter[Any, Any], turn: ServedTurn, *, o
         results.append(result)
 
     async def native() -> AsyncIterator[Any]:
+        # the run's usage starts from the stored conversation's: the limit is this turn's requests on top of it
+        limits = UsageLimits(request_limit=max_requests + turn.prior_usage.requests)
         try:
             async for event in adapter.run_stream_native(
-                    deps=turn.deps, conversation_id=turn.conversation_id, timeout=timeout_s,
-                    usage_limits=UsageLimits(request_limit=max_requests)):
+                    deps=turn.deps, conversation_id=turn.conversation_id, timeout=timeout_s, usage_limits=limits):
                 yield event
         except Exception as exc:
             errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
