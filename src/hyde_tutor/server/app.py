@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic_ai.conversation_store import ConversationStore
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.messages import ModelResponse
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -113,7 +115,8 @@ def create_app(parts: ServerParts) -> Starlette:
             await asyncio.wait_for(asyncio.to_thread(log.experiment_events, "__health__"), 5)
         except Exception as exc:  # noqa: BLE001 - health says what is wrong, it does not raise
             return _error(503, f"database unreachable ({type(exc).__name__})")
-        return JSONResponse({"status": "ok", "turns_in_flight": in_flight["turns"]})
+        return JSONResponse({"status": "ok", "turns_in_flight": in_flight["turns"],
+                             "turns_not_recorded": tutor.record_failures})
 
     async def chat(request: Request) -> Response:
         try:
@@ -135,9 +138,16 @@ def create_app(parts: ServerParts) -> Starlette:
         conversation_id = f"{learner_tag(learner)}-{chat_id}"
         adapter = await VercelAIAdapter.from_request(request, agent=tutor.agent, conversation_store=parts.store,
                                                      conversation_scope=learner)
-        loaded = await parts.store.load(conversation_id, scope=learner)
-        turn = await tutor.start_turn(learner, conversation_id, question, loaded.messages if loaded else (),
-                                      loaded.usage if loaded else None)
+        try:  # what the run will continue, as the adapter takes it: a request it refuses is refused, not a turn
+            loaded = await adapter._load_conversation(conversation_id, adapter.deferred_tool_results)  # noqa: SLF001
+        except UserError as exc:
+            if exc.__cause__ is not None:  # the store failed, not the request
+                return _error(503, "the conversation could not be loaded; try again later")
+            return _error(409, f"refused: {exc}")
+        messages = loaded.messages if loaded else []
+        answered = max((i for i, m in enumerate(messages) if isinstance(m, ModelResponse)), default=-1)
+        history = messages[:answered + 1]  # the requests after the last response are this turn's
+        turn = await tutor.start_turn(learner, conversation_id, question, history, loaded.usage if loaded else None)
 
         async def counted() -> AsyncIterator[Any]:
             in_flight["turns"] += 1
