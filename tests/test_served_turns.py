@@ -140,6 +140,7 @@ async def test_a_turn_the_learner_abandons_is_recorded_once_marked_abandoned(
     assert turn.abandoned and not turn.failed and turn.seconds > 0 and turn.arm == "unassigned"
     assert len(parts.tutor.log.retrievals(turn.turn_id)) == searches and turn.found_ids  # its searches are kept
     assert turn.agent_requests >= 1 or mode == "retrieve-first"  # the tool-call request it had made
+    assert await parts.store.load(turn.conversation_id, scope=turn.subject) is None  # a run cut short is not saved
     # the learner comes back to the same chat: the next turn is answered, and nothing is recorded twice
     chunks = await _post_and_leave(app, _chat_body("А что значит -지만?", message_id="m2"), None)
     await _settled(parts)
