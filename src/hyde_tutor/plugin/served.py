@@ -220,7 +220,8 @@ class ServedTurn:
             hypothesis_tokens=hypothesis_tokens(result.new_messages(), self.tutor.count_tokens) if result else 0)
         recorded = await self._record_safely(turn)
         _log.info("turn %s learner %s arm %s %s in %.1f s", self.turn_id, learner_tag(self.subject), self.arm,
-                  "abandoned" if abandoned else "failed" if turn.failed else "answered", seconds)
+                  "abandoned" if abandoned else f"failed ({(error or 'Error').split(':', 1)[0]})" if turn.failed
+                  else "answered", seconds)
         if self.tutor.judge is not None and entries and recorded:
             task = asyncio.get_running_loop().create_task(self._judge(turn, entries))
             self.tutor.background.add(task)
