@@ -17,18 +17,23 @@ from .test_server_api import ask
 HOSTS = ["testserver", "127.0.0.1", "localhost"]
 
 
-def _settings(tmp_path: Path) -> Settings:
-    return Settings(data_dir=tmp_path / "data", server={"allowed_hosts": HOSTS, "rate_per_minute": 1000})
+HOST = {"X-Hyde-Learner": "u1", "X-Hyde-Host-Secret": "host-secret"}
+"""The learner as a host application names it (no cookie needed)."""
+
+
+def _hosted(tmp_path: Path, **server) -> Settings:
+    return Settings(data_dir=tmp_path / "data", server={"allowed_hosts": HOSTS, "rate_per_minute": 1000,
+                                                        "host_secret": "host-secret", **server})
 
 
 @pytest.mark.parametrize(("mode", "requests_a_turn"), [("tools", 2), ("retrieve-first", 1)])
 def test_a_served_conversation_of_twenty_turns_answers_every_turn(tmp_path: Path, mode: str,
                                                                   requests_a_turn: int) -> None:
-    parts = stub_parts(tmp_path, _settings(tmp_path), mode=mode)
+    parts = stub_parts(tmp_path, _hosted(tmp_path), mode=mode)
     with TestClient(create_app(parts)) as client:
         replies = []
         for i in range(20):
-            response, chunks = ask(client, f"Вопрос {i}: как сказать «хочу»? 가고 싶어요", chat_id="long")
+            response, chunks = ask(client, f"Вопрос {i}: как сказать «хочу»? 가고 싶어요", chat_id="long", **HOST)
             assert response.status_code == 200
             replies.append(next(c for c in chunks if c["type"] == "data-reply")["data"])
     assert [r["failed"] for r in replies] == [False] * 20, [r["text"][:60] for r in replies if r["failed"]]
@@ -37,10 +42,9 @@ def test_a_served_conversation_of_twenty_turns_answers_every_turn(tmp_path: Path
     # each turn counts its own requests and tokens, not the whole conversation's so far
     assert [t.agent_requests for t in turns] == [requests_a_turn] * 20
     assert max(t.agent_tokens_in for t in turns) < 4 * min(t.agent_tokens_in for t in turns) + 1000
-    loaded = parts.store.load  # the stored conversation holds all twenty exchanges
     import asyncio
 
-    conversation = asyncio.run(loaded(turns[0].conversation_id, scope=turns[0].subject))
+    conversation = asyncio.run(parts.store.load(turns[0].conversation_id, scope=turns[0].subject))
     assert conversation is not None and conversation.usage.requests == 20 * requests_a_turn
 
 
@@ -62,22 +66,15 @@ def test_twenty_turns_of_one_served_chat_on_the_embedded_model_are_all_answered(
     questions = [json.loads(line)["text"] for line in
                  (root / "data" / "eval" / "long_chat" / "questions.jsonl").read_text(encoding="utf-8").splitlines()]
     # a turn takes 9-18 s on an idle machine; the generous timeout keeps a loaded CI machine from failing a turn
-    settings = Settings(server={"allowed_hosts": HOSTS, "rate_per_minute": 1000, "turn_timeout_s": 1200})
+    settings = Settings(server={"allowed_hosts": HOSTS, "rate_per_minute": 1000, "turn_timeout_s": 1200,
+                                "host_secret": "host-secret"})
     replies = []
     with TestClient(app_from_settings(settings)) as client:
         for question in questions[:20]:
-            response, chunks = ask(client, question, chat_id="long")
+            response, chunks = ask(client, question, chat_id="long", **HOST)
             assert response.status_code == 200
             replies.append(next(c for c in chunks if c["type"] == "data-reply")["data"])
     assert len(replies) == 20 and [r["text"][:70] for r in replies if r["failed"]] == []
-
-
-HOST = {"X-Hyde-Learner": "u1", "X-Hyde-Host-Secret": "host-secret"}
-
-
-def _hosted(tmp_path: Path, **server) -> Settings:
-    return Settings(data_dir=tmp_path / "data", server={"allowed_hosts": HOSTS, "rate_per_minute": 1000,
-                                                        "host_secret": "host-secret", **server})
 
 
 def _chat_body(text: str, chat_id: str = "c1", message_id: str = "m1", **extra) -> dict:

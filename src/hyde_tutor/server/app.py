@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic_ai.conversation_store import ConversationStore
-from pydantic_ai.exceptions import UserError
-from pydantic_ai.messages import ModelResponse
+from pydantic_ai.messages import ModelMessage
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter
+from pydantic_ai.ui.vercel_ai.request_types import RegenerateMessage
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -138,16 +138,12 @@ def create_app(parts: ServerParts) -> Starlette:
         conversation_id = f"{learner_tag(learner)}-{chat_id}"
         adapter = await VercelAIAdapter.from_request(request, agent=tutor.agent, conversation_store=parts.store,
                                                      conversation_scope=learner)
-        try:  # what the run will continue, as the adapter takes it: a request it refuses is refused, not a turn
-            loaded = await adapter._load_conversation(conversation_id, adapter.deferred_tool_results)  # noqa: SLF001
-        except UserError as exc:
-            if exc.__cause__ is not None:  # the store failed, not the request
-                return _error(503, "the conversation could not be loaded; try again later")
-            return _error(409, f"refused: {exc}")
-        messages = loaded.messages if loaded else []
-        answered = max((i for i, m in enumerate(messages) if isinstance(m, ModelResponse)), default=-1)
-        history = messages[:answered + 1]  # the requests after the last response are this turn's
-        turn = await tutor.start_turn(learner, conversation_id, question, history, loaded.usage if loaded else None)
+        loaded = await parts.store.load(conversation_id, scope=learner)
+        refused = _refused_regenerate(adapter, loaded.messages if loaded else [])
+        if refused:  # the adapter would refuse it: refused here, before it is a turn
+            return _error(409, refused)
+        turn = await tutor.start_turn(learner, conversation_id, question, loaded.messages if loaded else (),
+                                      loaded.usage if loaded else None)
 
         async def counted() -> AsyncIterator[Any]:
             in_flight["turns"] += 1
@@ -236,6 +232,22 @@ def create_app(parts: ServerParts) -> Starlette:
     ]
     return Starlette(routes=routes, lifespan=lifespan,
                      middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts)])
+
+
+def _refused_regenerate(adapter: VercelAIAdapter[Any, Any], stored: list[ModelMessage]) -> str | None:
+    """Why pydantic-ai's adapter would refuse this request (a regenerate of a user message the stored conversation
+    does not hold: a stale tab, or a client making up ids), or None. Its run would end in an error, recorded as a
+    failed turn of the learner's arm."""
+    request = adapter.run_input
+    if not isinstance(request, RegenerateMessage):
+        return None
+    answered = max((i for i, m in enumerate(request.messages) if m.role == "assistant"), default=-1)
+    new = request.messages[answered + 1:answered + 2]
+    held = {m.id for m in VercelAIAdapter.dump_messages(stored) if m.role == "user"}
+    if new and new[0].id in held:
+        return None
+    return ("the message to regenerate is not in the stored conversation (a stale tab?): reload the page, or send "
+            "it again as a new message")
 
 
 def _read_turn(body: bytes, max_chars: int) -> tuple[str, str, str | None]:
