@@ -2,7 +2,9 @@
 questions of the grammar eval set; time to first token, turns per second, failed turns, and the events stored.
 
     # a stub model (pydantic-ai FunctionModel) writing ~1 token per --token-s, over the real corpus and retriever
-    HYDE_DATA_DIR=/tmp/x python scripts/serve_drill.py --sessions 50 --turns 2 --token-s 0.025
+    HYDE_DATA_DIR=/tmp/x python scripts/serve_drill.py --sessions 50 --turns 8 --token-s 0.025
+    # a third of the learners close the stream at a random point of a random turn and leave (an A/B experiment runs)
+    HYDE_DATA_DIR=/tmp/x python scripts/serve_drill.py --sessions 50 --turns 4 --leave 0.333
     # the configured model (the embedded one with no key), a few sessions
     HYDE_DATA_DIR=/tmp/x python scripts/serve_drill.py --model configured --sessions 3 --turns 1
 
@@ -17,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -30,6 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 REPLY_WORDS = ("Скажите так: 주말에 부산에 가고 싶어요. Конструкция -고 싶다 выражает желание самого говорящего: "
                "основа глагола плюс 고 싶다, в вежливой речи 고 싶어요. Например, 뭐 먹고 싶어요? — Что ты хочешь поесть? "
                "Для третьего лица говорят 고 싶어 하다: 친구가 가고 싶어 해요.").split(" ")
+
+
+HYPOTHESIS = "Конструкция: -고 싶다\nНазвание: желание\nПример: 가고 싶어요. — Хочу пойти."
 
 
 def stub_app():  # type: ignore[no-untyped-def]
@@ -49,15 +55,18 @@ def stub_app():  # type: ignore[no-untyped-def]
     def answered(messages) -> bool:  # type: ignore[no-untyped-def]
         return isinstance(messages[-1], ModelRequest) and any(isinstance(p, ToolReturnPart) for p in messages[-1].parts)
 
+    def args(messages):  # type: ignore[no-untyped-def]  # a capable model writes its own hypothesis: no generation
+        return {"query": question(messages), "hypothesis": HYPOTHESIS}
+
     def call(messages, info):  # type: ignore[no-untyped-def]
         if answered(messages):
             return ModelResponse(parts=[TextPart(" ".join(REPLY_WORDS))])
-        return ModelResponse(parts=[ToolCallPart("grammar_search", {"query": question(messages)})])
+        return ModelResponse(parts=[ToolCallPart("grammar_search", args(messages))])
 
     async def stream(messages, info):  # type: ignore[no-untyped-def]
         if not answered(messages):
             await asyncio.sleep(token_s * 10)  # the tool call's ~10 tokens
-            yield {0: DeltaToolCall(name="grammar_search", json_args=json.dumps({"query": question(messages)}))}
+            yield {0: DeltaToolCall(name="grammar_search", json_args=json.dumps(args(messages), ensure_ascii=False))}
             return
         await asyncio.sleep(token_s * 5)  # the second request's prompt
         for word in REPLY_WORDS:
@@ -67,7 +76,10 @@ def stub_app():  # type: ignore[no-untyped-def]
     return app_from_settings(agent=build_tutor_agent(FunctionModel(call, stream_function=stream)))
 
 
-async def learner(url: str, n: int, questions: list[str], turns: int) -> list[dict]:
+async def learner(url: str, n: int, questions: list[str], turns: int,
+                  leave: tuple[int, int] | None = None) -> list[dict]:
+    """One learner's turns; ``leave`` = (turn, j): in that turn close the stream after the cards (j = 0) or after
+    the j-th text chunk, and ask nothing more."""
     out = []
     async with httpx.AsyncClient(base_url=url, timeout=900) as client:
         await client.get("/")
@@ -77,13 +89,14 @@ async def learner(url: str, n: int, questions: list[str], turns: int) -> list[di
                     "messages": [{"id": f"m{n}-{i}", "role": "user", "parts": [{"type": "text", "text": text}]}]}
             started = time.perf_counter()
             first = cards = None
-            failed, turn_id = True, None
+            failed, turn_id, deltas, left = True, None, 0, False
             async with client.stream("POST", "/api/chat", json=body) as response:
                 async for line in response.aiter_lines():
                     if not line.startswith("data: {"):
                         continue
                     chunk = json.loads(line[6:])
                     now = time.perf_counter() - started
+                    deltas += chunk["type"] == "text-delta"
                     if chunk["type"] == "text-delta" and first is None:
                         first = now
                     elif chunk["type"] == "data-entries" and cards is None:
@@ -91,17 +104,26 @@ async def learner(url: str, n: int, questions: list[str], turns: int) -> list[di
                     elif chunk["type"] == "data-reply":
                         failed, turn_id = chunk["data"]["failed"], chunk["data"]["turn_id"]
                         first = first if first is not None else now  # a structured answer arrives whole
+                    if leave is not None and leave[0] == i and (cards is not None and deltas >= leave[1]):
+                        left = True
+                        break  # leaving the block closes the connection mid-stream
             out.append({"ttft": first, "cards": cards, "total": time.perf_counter() - started, "failed": failed,
-                        "status": response.status_code, "turn_id": turn_id})
+                        "status": response.status_code, "turn_id": turn_id, "left": left})
+            if left:
+                break
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=50)
-    parser.add_argument("--turns", type=int, default=2, help="questions per session, one after another")
+    parser.add_argument("--turns", type=int, default=8, help="questions per session, one after another")
     parser.add_argument("--token-s", type=float, default=0.025, help="stub model: seconds per token (0.025 = 40/s)")
     parser.add_argument("--model", choices=("stub", "configured"), default="stub")
+    parser.add_argument("--leave", type=float, default=0.0,
+                        help="share of learners who close the stream at a random point of a random turn and leave; "
+                             "an A/B experiment (hyde,raw at 50 %%) runs so the report's abandoned rate has arms")
+    parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", type=Path, help="write the per-turn rows here")
     args = parser.parse_args()
     data_dir = Path(os.environ.get("HYDE_DATA_DIR", ".hyde")).resolve()
@@ -113,7 +135,7 @@ def main() -> None:
     env = {**os.environ, "HYDE_DATA_DIR": str(data_dir), "HYDE_SERVER__DATABASE_URL": f"sqlite:///{db}",
            "HYDE_SERVER__RATE_PER_MINUTE": "1000", "HYDE_SERVER__NEW_LEARNERS_PER_MINUTE": "1000",
            "DRILL_TOKEN_S": str(args.token_s),
-           "HYDE_SERVER__TURN_TIMEOUT_S": "900"}
+           "HYDE_SERVER__TURN_TIMEOUT_S": "900", **({"HYDE_EXPERIMENT__ENABLED": "true"} if args.leave else {})}
     server = subprocess.Popen([sys.executable, "-m", "uvicorn", target, "--factory", "--app-dir", str(ROOT / "scripts"),
                                "--port", str(port), "--log-level", "warning"], env=env, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
@@ -130,8 +152,13 @@ def main() -> None:
             time.sleep(0.5)
         questions = [json.loads(line)["text"] for line in (ROOT / "data/eval/grammar/queries.jsonl").read_text().splitlines()]
 
+        rng = random.Random(args.seed)
+        leaving = set(rng.sample(range(args.sessions), round(args.sessions * args.leave)))
+        plans = {n: (rng.randrange(args.turns), rng.randrange(len(REPLY_WORDS) - 5)) for n in leaving}
+
         async def everyone() -> list[list[dict]]:
-            return await asyncio.gather(*(learner(url, n, questions, args.turns) for n in range(args.sessions)))
+            return await asyncio.gather(*(learner(url, n, questions, args.turns, plans.get(n))
+                                          for n in range(args.sessions)))
 
         started = time.perf_counter()
         rows = [r for session in asyncio.run(everyone()) for r in session]
@@ -146,18 +173,41 @@ def main() -> None:
     ttft = np.array([r["ttft"] for r in rows if r["ttft"] is not None])
     cards = np.array([r["cards"] for r in rows if r["cards"] is not None])
     totals = np.array([r["total"] for r in rows])
-    failed = sum(1 for r in rows if r["failed"] or r["status"] != 200)
+    failed = sum(1 for r in rows if (r["failed"] and not r["left"]) or r["status"] != 200)
+    answered = {r["turn_id"] for r in rows if not r["left"]}  # a learner who left never got the turn's id
+    once = len(stored) == len(rows) and answered <= stored
     print(f"model {args.model}" + (f" ({1 / args.token_s:.0f} tokens/s)" if args.model == "stub" else "")
           + f", {args.sessions} concurrent sessions x {args.turns} turns = {len(rows)} turns in {wall:.1f} s")
     print(f"time to first token p50 {np.percentile(ttft, 50):.2f} s, p95 {np.percentile(ttft, 95):.2f} s; "
           f"cards p50 {np.percentile(cards, 50):.2f} s; turn p50 {np.percentile(totals, 50):.2f} s, "
           f"p95 {np.percentile(totals, 95):.2f} s")
     print(f"turns/s {len(rows) / wall:.2f}; failed turns {failed}; events: {len(stored)} turns stored for "
-          f"{len(rows)} turns served ({'all, once' if stored == {r['turn_id'] for r in rows} else 'MISMATCH'}), "
+          f"{len(rows)} turns served ({'all, once' if once else 'MISMATCH'}), "
           f"{len(log.retrievals())} retrievals")
+    if args.leave:
+        abandoned(log, rows)
     print("load: " + Path("/proc/loadavg").read_text().strip())
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+
+
+def abandoned(log, rows: list[dict]) -> None:  # type: ignore[no-untyped-def]
+    """The turns the learners left: all recorded, marked, with their searches; the report's abandoned rate per arm."""
+    from hyde_tutor.evaluation.outcomes import outcome_report
+
+    turns = log.turns()
+    marked = [t for t in turns if t.abandoned]
+    kept = sum(1 for t in marked if log.retrievals(t.turn_id))
+    left = sum(r["left"] for r in rows)
+    print(f"turns started {sum(r['status'] == 200 for r in rows)}, recorded {len(turns)}; closed by the learner "
+          f"{left}, recorded abandoned {len(marked)} (with their searches: {kept}; "
+          f"seconds p50 {np.percentile([t.seconds for t in marked], 50) if marked else 0:.2f})")
+    report = outcome_report(log)
+    for section in report["periods"]:
+        arms = section["by_assigned_arm"]["arms"]
+        print("report, abandoned rate per arm: " + "; ".join(
+            f"{arm} {row['abandoned']['value']:.3f} [{row['abandoned']['low']:.3f}, {row['abandoned']['high']:.3f}] "
+            f"of {row['turns']} turns" for arm, row in arms.items()))
 
 
 if __name__ == "__main__":

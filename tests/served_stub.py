@@ -48,12 +48,18 @@ def _reply(result: dict[str, Any]) -> list[str]:
     return ["Скажите так: ", "부산에 ", "가고 ", "싶어요", f" — это {pattern}", "."]
 
 
-def stub_model(token_s: float = 0.0, fail: bool = False) -> FunctionModel:
-    """The stub: ``fail`` raises on the first request (a model that is down)."""
+ANSWER = {"entry": 1, "korean": "부산에 가고 싶어요.", "explanation": "Желание: основа глагола плюс -고 싶다."}
+
+
+def stub_model(token_s: float = 0.0, fail: bool = False, structured: bool = False) -> FunctionModel:
+    """The stub: ``fail`` raises on the first request (a model that is down); ``structured``: a retrieve-first
+    model answering in one request with a :class:`~hyde_tutor.plugin.grounding.GroundedAnswer`'s JSON, streamed."""
 
     def call(messages: list[Any], info: AgentInfo) -> ModelResponse:
         if fail:
             raise ConnectionError("secret-internal-host:8443 refused")
+        if structured:
+            return ModelResponse(parts=[TextPart(json.dumps(ANSWER, ensure_ascii=False))])
         result = _tool_result(messages)
         if result is None:
             return ModelResponse(parts=[ToolCallPart("grammar_search", {"query": _question(messages), "hypothesis": HYPOTHESIS})])
@@ -62,6 +68,13 @@ def stub_model(token_s: float = 0.0, fail: bool = False) -> FunctionModel:
     async def stream(messages: list[Any], info: AgentInfo):  # type: ignore[no-untyped-def]
         if fail:
             raise ConnectionError("secret-internal-host:8443 refused")
+        if structured:
+            text = json.dumps(ANSWER, ensure_ascii=False)
+            for start in range(0, len(text), 16):
+                if token_s:
+                    await asyncio.sleep(token_s)
+                yield text[start:start + 16]
+            return
         result = _tool_result(messages)
         if result is None:
             if token_s:
@@ -78,8 +91,9 @@ def stub_model(token_s: float = 0.0, fail: bool = False) -> FunctionModel:
 
 
 def stub_parts(root: Path, settings: Settings, *, token_s: float = 0.0, fail: bool = False, extra_docs=(),
-               database_url: str | None = None):  # type: ignore[no-untyped-def]
-    """Server parts over the four test documents (hash embedder, simulated HyDE) and a stub model."""
+               database_url: str | None = None, mode: str = "tools"):  # type: ignore[no-untyped-def]
+    """Server parts over the four test documents (hash embedder, simulated HyDE) and a stub model (``mode``:
+    ``tools``, or ``retrieve-first`` with a structured answer as the embedded model gives)."""
     from hyde_tutor.plugin.chat import build_tutor_agent
     from hyde_tutor.plugin.experiment import experiment_from_settings
     from hyde_tutor.plugin.served import ServedTutor
@@ -99,8 +113,11 @@ def stub_parts(root: Path, settings: Settings, *, token_s: float = 0.0, fail: bo
     if extra_docs:
         ingest_documents(list(extra_docs), IngestRequest(collection="grammar", progress=False), retriever.retriever.store, embedder, bm25)
     database = open_database(database_url or settings)
-    tutor = ServedTutor(build_tutor_agent(stub_model(token_s, fail)), retriever, SqlEventLog(database),
-                        experiment_from_settings(settings))
+    first = mode == "retrieve-first"
+    agent = build_tutor_agent(stub_model(token_s, fail, structured=first), mode="retrieve-first", grounded=True) \
+        if first else build_tutor_agent(stub_model(token_s, fail))
+    tutor = ServedTutor(agent, retriever, SqlEventLog(database), experiment_from_settings(settings),
+                        retrieve_first=first)
     identity = LearnerIdentity(server_secret(None, settings.data_dir),
                                settings.server.host_secret.get_secret_value() if settings.server.host_secret else None)
     from hyde_tutor.server.build import outcome_report

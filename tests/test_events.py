@@ -77,3 +77,29 @@ def test_the_last_turn_is_the_learners_latest_in_that_conversation(log: EventLog
     log.add_turn(_turn("c", subject="s2", timestamp=3.0))
     assert log.last_turn("s1", "c1").turn_id == "b"
     assert log.last_turn("s1", "other") is None and log.last_turn("s3", "c1") is None
+
+
+def test_an_abandoned_turn_keeps_its_mark_and_its_start_time(log: EventLog) -> None:
+    log.add_turn(_turn("a", abandoned=True, seconds=1.5, timestamp=10.0))
+    log.add_turn(_turn("b", timestamp=11.0))
+    first, second = log.turns()
+    assert (first.abandoned, first.seconds, first.timestamp) == (True, 1.5, 10.0)
+    assert second.abandoned is False
+
+
+def test_a_database_made_before_a_turn_field_existed_gets_its_column(tmp_path) -> None:
+    import sqlalchemy as sa
+
+    from hyde_tutor.plugin.sqlstore import SqlDatabase
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    old = SqlDatabase(url)
+    SqlEventLog(old).add_turn(_turn("old"))
+    with old.engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE hyde_turns DROP COLUMN abandoned")  # as a database made before it was
+    assert "abandoned" not in {c["name"] for c in sa.inspect(old.engine).get_columns("hyde_turns")}
+    old.close()
+    log = SqlEventLog(url)
+    log.add_turn(_turn("new", abandoned=True))
+    assert {t.turn_id: t.abandoned for t in log.turns()} == {"old": False, "new": True}
+    log.close()

@@ -10,8 +10,9 @@ from .outcomes import CONTROL, METHOD, PROPORTIONS, TREATMENT
 __all__ = ("format_outcome_report",)
 
 LABELS = {"thumbs_up": "👍 rate", "rating_coverage": "rated", "judged_relevance": "judged relevance",
-          "grounded": "grounded", "rephrase": "rephrase", "failed": "failed"}
-OUTCOMES = ("thumbs_up", "rating_coverage", "judged_relevance", "grounded", "rephrase", "failed")
+          "grounded": "grounded", "rephrase": "rephrase", "failed": "failed",
+          "abandoned": "abandoned"}
+OUTCOMES = ("thumbs_up", "rating_coverage", "judged_relevance", "grounded", "rephrase", "failed", "abandoned")
 COST = {"agent_requests": "requests", "agent_tokens_in": "agent in", "agent_tokens_out": "agent out",
         "hypothesis_tokens": "of it hyp.", "retrievals": "searches", "hyde_calls": "HyDE calls",
         "hyde_tokens": "HyDE tok", "judge_calls": "judge calls", "judge_tokens": "judge tok", "total_tokens": "all tokens"}
@@ -169,6 +170,6 @@ def format_outcome_report(report: dict[str, Any]) -> str:
                               "results of a search of the turn; an attempt that fell back is raw; secondary)")
         lines += [""] + _cost_and_latency(section["by_assigned_arm"]) + [""] + _power(section["power"])
     lines += ["", f"primary outcome: {report['method'].get('primary', METHOD['primary'])}.",
-              "lower is better for rephrase and failed. " + "; ".join(
+              "lower is better for rephrase, failed and abandoned. " + "; ".join(
         f"{LABELS[k]}: {desc}" for k, (_, desc) in PROPORTIONS.items())]
     return "\n".join(lines)

@@ -3,8 +3,8 @@
 Per experiment period (a start, or a change of share, begins one: learners split at 30 % and at 50 % are two
 samples that must not be pooled), per arm (the assigned arm, intention to treat; the treatment each turn
 received as a secondary view): learners, turns, the 👍 rate among rated turns and the rating coverage, the
-judge's relevance score, the grounded, rephrase and failed rates, each with a 95 % interval clustered by
-learner (:mod:`~hyde_tutor.evaluation.abstats`), the hyde − raw differences with their intervals, a
+judge's relevance score, the grounded, rephrase, failed and abandoned rates, each with a 95 % interval
+clustered by learner (:mod:`~hyde_tutor.evaluation.abstats`), the hyde − raw differences with their intervals, a
 sample-ratio-mismatch check, the learners still needed to detect ``mde``, cost per turn and latency.
 
 Raw top scores are not compared: HyDE's fused scores and plain hybrid scores are on different scales.
@@ -38,6 +38,7 @@ PROPORTIONS: dict[str, tuple[Callable[[TurnRecord], bool | None], str]] = {
     "grounded": (lambda t: t.grounded, "replies headed by a found entry"),
     "rephrase": (lambda t: t.rephrase, "next message asked the same again (lower is better)"),
     "failed": (lambda t: t.failed, "the model did not answer (lower is better)"),
+    "abandoned": (lambda t: t.abandoned, "the learner closed the stream before the turn ended (lower is better)"),
 }
 """Per-turn proportions: a turn's value (``None``: not in the denominator) and what it means."""
 

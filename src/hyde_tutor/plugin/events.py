@@ -41,9 +41,13 @@ class TurnRecord:
     """The experiment running when the turn started (``None``: no experiment, arm ``unassigned``)."""
     arm: str
     timestamp: float = field(default_factory=time.time)
+    """When the turn started (its arm was decided then): the period it belongs to."""
     question_chars: int = 0
     failed: bool = False
     """The model did not answer (the learner got the entries and one line about the failure)."""
+    abandoned: bool = False
+    """The learner closed the stream before the turn ended (``seconds``: how long it had run; its retrievals and
+    cost so far are kept; ``failed`` only if the model had already failed)."""
     seconds: float = 0.0
     first_token_s: float | None = None
     grounded: bool | None = None

@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.usage import RunUsage
 
 from ..corpus.rendering import distinct_entries, format_entries
 from ..errors import HydeTutorError
@@ -87,6 +88,8 @@ class ServedTutor:
     retrieve_first: bool = False
     """The agent searches before it answers (the embedded model): the turn searches first and shows the cards."""
     count_tokens: Callable[[str], int] = estimate_tokens
+    record_failures: int = 0
+    """Turns the event log failed to store (logged; the learner got the reply; ``/healthz`` shows the count)."""
     background: set[asyncio.Task[Any]] = field(default_factory=set, repr=False)
 
     @property
@@ -95,8 +98,9 @@ class ServedTutor:
         return self.agent.output_type is not str
 
     async def start_turn(self, subject: str, conversation_id: str, question: str,
-                         history: Sequence[ModelMessage] = ()) -> ServedTurn:
-        """Open a turn: the experiment running now decides the learner's arm for the whole turn."""
+                         history: Sequence[ModelMessage] = (), usage: RunUsage | None = None) -> ServedTurn:
+        """Open a turn: the experiment running now decides the learner's arm for the whole turn. ``usage``: the
+        stored conversation's (the run adds to it; the turn's limit and cost count only what this turn adds)."""
         experiment = await asyncio.to_thread(current_experiment, self.log, self.default_experiment)
         previous = await asyncio.to_thread(self.log.last_turn, subject, conversation_id)
         monitor = TurnMonitor()
@@ -104,7 +108,8 @@ class ServedTutor:
         arm = experiment.arm(subject) if experiment is not None else "unassigned"
         prior = [text for role, text in conversation(history) if role == "user"]
         return ServedTurn(self, deps, monitor, uuid.uuid4().hex, subject, conversation_id, question,
-                          experiment, arm, previous, prior[-1] if prior else None, tuple(history))
+                          experiment, arm, previous, prior[-1] if prior else None, tuple(history),
+                          prior_usage=usage or RunUsage())
 
     async def warm_up(self, collection: str = "grammar") -> None:
         """One plain search at startup, so the first learner does not wait for the embedder and the Korean analyser
@@ -136,7 +141,11 @@ class ServedTurn:
     previous: TurnRecord | None
     previous_question: str | None
     history: tuple[ModelMessage, ...] = ()
+    prior_usage: RunUsage = field(default_factory=RunUsage)
+    """The stored conversation's usage before this turn (a run's usage is the whole conversation's)."""
     started: float = field(default_factory=time.perf_counter)
+    started_at: float = field(default_factory=time.time)
+    """Wall-clock start: the turn's timestamp (the arm was decided then, so the turn belongs to that period)."""
     first_token: float | None = None
     shown: int = 0
 
@@ -177,36 +186,44 @@ class ServedTurn:
                               "ms": round(r.total_ms)} for r in self.monitor.turn_records],
                 "hypotheses": hypotheses}
 
-    async def finish(self, result: Any = None, error: str | None = None) -> dict[str, Any]:
+    async def finish(self, result: Any = None, error: str | None = None, *, abandoned: bool = False) -> dict[str, Any]:
         """End the turn: the reply the learner keeps, the turn and its retrievals recorded, the previous turn's
-        rephrase decided, the judge called. ``result``: the agent run's result (None: the run failed, ``error``)."""
+        rephrase decided, the judge called. ``result``: the agent run's result (None: the run failed, ``error``,
+        or was cut short). ``abandoned``: the learner closed the stream first; the turn is recorded as it stood.
+        A failure to record is logged and counted (:attr:`ServedTutor.record_failures`), never raised: the
+        learner still gets the reply."""
         seconds = time.perf_counter() - self.started
         entries = list(self.deps.found)
-        grounded, rank, replaced, usage = None, None, False, None
+        grounded, rank, replaced = None, None, False
+        live = self.deps.run_usage  # what the run spent so far, when it did not finish
+        usage = live - self.prior_usage if live is not None else None
         if result is not None:
             try:
                 text, replaced, grounded, rank = self._reply(result.output, entries)
-                usage = result.usage
+                usage = result.usage - self.prior_usage  # this turn's requests and tokens only
             except ValueError as exc:
                 result, error = None, f"ValueError: {exc}"
         if result is None:
-            if not entries:
+            if not entries and not abandoned:
                 entries = await self._search_now()
             text = fallback_reply(error or "Error", entries)
         turn = TurnRecord(
             turn_id=self.turn_id, subject=self.subject, conversation_id=self.conversation_id,
             experiment=self.experiment.name if self.experiment and self.experiment.enabled else None, arm=self.arm,
-            question_chars=len(self.question), failed=result is None, seconds=round(seconds, 3),
+            timestamp=self.started_at, question_chars=len(self.question),
+            failed=result is None and (error is not None or not abandoned), abandoned=abandoned,
+            seconds=round(seconds, 3),
             first_token_s=None if self.first_token is None else round(self.first_token - self.started, 3),
             grounded=grounded, grounded_rank=rank,
             found_ids=tuple(str(e.get("id")) for e in distinct_entries(entries)),
             agent_tokens_in=usage.input_tokens if usage else 0, agent_tokens_out=usage.output_tokens if usage else 0,
             agent_requests=usage.requests if usage else 0,
             hypothesis_tokens=hypothesis_tokens(result.new_messages(), self.tutor.count_tokens) if result else 0)
-        await asyncio.to_thread(self._record, turn)
+        recorded = await self._record_safely(turn)
         _log.info("turn %s learner %s arm %s %s in %.1f s", self.turn_id, learner_tag(self.subject), self.arm,
-                  "failed" if turn.failed else "answered", seconds)
-        if self.tutor.judge is not None and entries:
+                  "abandoned" if abandoned else f"failed ({(error or 'Error').split(':', 1)[0]})" if turn.failed
+                  else "answered", seconds)
+        if self.tutor.judge is not None and entries and recorded:
             task = asyncio.get_running_loop().create_task(self._judge(turn, entries))
             self.tutor.background.add(task)
             task.add_done_callback(self.tutor.background.discard)
@@ -227,13 +244,26 @@ class ServedTurn:
         rank = next((i for i, e in enumerate(found, 1) if names_an_entry(text, [e])), None)
         return text, False, rank is not None, rank
 
+    async def _record_safely(self, turn: TurnRecord) -> bool:
+        try:
+            await asyncio.to_thread(self._record, turn)
+            return True
+        except Exception as exc:  # noqa: BLE001 - the learner's reply does not depend on the log
+            self.tutor.record_failures += 1
+            reason = getattr(exc, "orig", None) or exc  # a driver's message, without the statement's parameters
+            _log.error("turn %s was not recorded (%s: %s); the learner got the reply", self.turn_id,
+                       type(exc).__name__, str(reason).splitlines()[0][:200] if str(reason) else "")
+            return False
+
     def _record(self, turn: TurnRecord) -> None:
         log = self.tutor.log
         log.add_turn(turn)
         for rec in self.monitor.turn_records:
             log.add_retrieval(rec, self.turn_id)
-        if self.previous is not None and self.previous_question is not None and not self.previous.failed:
-            # (a failed turn is not in the stored conversation: the history's last question is an older one)
+        if (self.previous is not None and self.previous_question is not None and not self.previous.failed
+                and not self.previous.abandoned):
+            # (a failed or abandoned turn may be missing from the stored conversation: the history's last question
+            # may be an older one)
             before = self.previous.found_ids[0] if self.previous.found_ids else None
             now = turn.found_ids[0] if turn.found_ids else None
             log.update_turn(self.previous.turn_id,

@@ -107,6 +107,23 @@ class SqlDatabase:
         except sa.exc.OperationalError as exc:
             raise RuntimeError(f"cannot open the served tutor's database {self.describe()}: {exc.orig}; check "
                                "HYDE_SERVER__DATABASE_URL (or that HYDE_DATA_DIR is writable)") from exc
+        self._add_missing_turn_columns()
+
+    def _add_missing_turn_columns(self) -> None:
+        """A database made before a :class:`TurnRecord` field existed gets its column (nullable; old rows read the
+        field's default)."""
+        import sqlalchemy as sa
+
+        have = {c["name"] for c in sa.inspect(self.engine).get_columns(self.turns.name)}
+        for column in self.turns.columns:
+            if column.name not in have:
+                kind = column.type.compile(dialect=self.engine.dialect)
+                try:
+                    with self.engine.begin() as conn:
+                        conn.exec_driver_sql(f'ALTER TABLE {self.turns.name} ADD COLUMN "{column.name}" {kind}')
+                except sa.exc.DatabaseError:  # another worker added it at the same moment
+                    if column.name not in {c["name"] for c in sa.inspect(self.engine).get_columns(self.turns.name)}:
+                        raise
 
     def describe(self) -> str:
         """The URL without its password."""
@@ -167,6 +184,8 @@ def _turn_from_row(data: Any) -> TurnRecord:
         if f.name not in data:
             continue
         value = data[f.name]
+        if value is None and not str(f.type).endswith("None"):
+            continue  # a column added after the row was written: the field's default
         if isinstance(value, str) and str(f.type).startswith(("tuple", "list", "dict")):
             value = json.loads(value)
             value = tuple(value) if str(f.type).startswith("tuple") else value

@@ -232,6 +232,10 @@ class HydeTutor(AbstractCapability[TutorDeps]):
             return [base, *self._retrieve.instruction_parts()]
         return tutor_instructions()
 
+    async def before_run(self, ctx: RunContext[TutorDeps]) -> None:
+        if isinstance(ctx.deps, TutorDeps):
+            ctx.deps.run_usage = ctx.usage  # the run's live usage: a turn cut short still counts what it spent
+
     def get_toolset(self) -> Any:
         if self.mode == "retrieve-first":
             return None

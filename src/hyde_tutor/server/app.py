@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic_ai.conversation_store import ConversationStore
+from pydantic_ai.messages import ModelMessage
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter
+from pydantic_ai.ui.vercel_ai.request_types import RegenerateMessage
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -123,7 +125,8 @@ def create_app(parts: ServerParts) -> Starlette:
                 await asyncio.wait_for(asyncio.to_thread(check), 5)
             except Exception as exc:  # noqa: BLE001 - health says what is wrong, it does not raise
                 return _error(503, f"{what} unreachable ({type(exc).__name__})")
-        return JSONResponse({"status": "ok", "turns_in_flight": in_flight["turns"]})
+        return JSONResponse({"status": "ok", "turns_in_flight": in_flight["turns"],
+                             "turns_not_recorded": tutor.record_failures})
 
     def required_learner(request: Request) -> str | Response:
         """The learner of an API request, or its refusal: the API never makes a learner (the page does)."""
@@ -154,7 +157,11 @@ def create_app(parts: ServerParts) -> Starlette:
         adapter = VercelAIAdapter(agent=tutor.agent, run_input=turn_in.run_input, accept=request.headers.get("accept"),
                                   conversation_store=parts.store, conversation_scope=learner)
         loaded = await parts.store.load(conversation_id, scope=learner)
-        turn = await tutor.start_turn(learner, conversation_id, turn_in.question, loaded.messages if loaded else ())
+        refused = _refused_regenerate(adapter, loaded.messages if loaded else [])
+        if refused:  # the adapter would refuse it: refused here, before it is a turn
+            return _error(409, refused)
+        turn = await tutor.start_turn(learner, conversation_id, turn_in.question, loaded.messages if loaded else (),
+                                      loaded.usage if loaded else None)
 
         async def counted() -> AsyncIterator[Any]:
             in_flight["turns"] += 1
@@ -237,3 +244,19 @@ def _store_check(tutor: ServedTutor) -> Callable[[], Any]:
     database: a Qdrant server that does not answer makes the server unhealthy, not only its first search."""
     store = getattr(getattr(tutor.retriever, "retriever", None), "store", None)
     return store.list_collections if store is not None else (lambda: None)
+
+
+def _refused_regenerate(adapter: VercelAIAdapter[Any, Any], stored: list[ModelMessage]) -> str | None:
+    """Why pydantic-ai's adapter would refuse this request (a regenerate of a user message the stored conversation
+    does not hold: a stale tab, or a client making up ids), or None. Its run would end in an error, recorded as a
+    failed turn of the learner's arm."""
+    request = adapter.run_input
+    if not isinstance(request, RegenerateMessage):
+        return None
+    answered = max((i for i, m in enumerate(request.messages) if m.role == "assistant"), default=-1)
+    new = request.messages[answered + 1:answered + 2]
+    held = {m.id for m in VercelAIAdapter.dump_messages(stored) if m.role == "user"}
+    if new and new[0].id in held:
+        return None
+    return ("the message to regenerate is not in the stored conversation (a stale tab?): reload the page, or send "
+            "it again as a new message")

@@ -11,6 +11,7 @@ A model error's text never reaches the page; its type goes into the turn record 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -29,22 +30,39 @@ _TEXT = (TextStartChunk, TextDeltaChunk, TextEndChunk)
 
 async def turn_stream(adapter: VercelAIAdapter[Any, Any], turn: ServedTurn, *, operator: bool, max_requests: int,
                       timeout_s: float) -> AsyncIterator[BaseChunk]:
-    """The chunks of one served turn (see the module's docstring)."""
+    """The chunks of one served turn (see the module's docstring).
+
+    The turn is recorded once whatever happens to the stream: its end runs in a task of its own, which the
+    cancellation of a closed stream (uvicorn cancels the response when the learner leaves) does not reach; a
+    stream closed before the run ended records the turn as it stood, marked abandoned."""
     results: list[Any] = []
     errors: list[str] = []
+    ending: list[asyncio.Task[dict[str, Any]]] = []
 
     async def on_complete(result: Any) -> None:
         results.append(result)
 
     async def native() -> AsyncIterator[Any]:
+        # the run's usage starts from the stored conversation's: the limit is this turn's requests on top of it
+        limits = UsageLimits(request_limit=max_requests + turn.prior_usage.requests)
         try:
             async for event in adapter.run_stream_native(
-                    deps=turn.deps, conversation_id=turn.conversation_id, timeout=timeout_s,
-                    usage_limits=UsageLimits(request_limit=max_requests)):
+                    deps=turn.deps, conversation_id=turn.conversation_id, timeout=timeout_s, usage_limits=limits):
                 yield event
         except Exception as exc:
             errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
             raise
+
+    def end(abandoned: bool) -> asyncio.Task[dict[str, Any]]:
+        """The turn's end, in its own task (kept until done: the server's shutdown waits for it)."""
+        result = results[0] if results and not errors else None
+        error = None if result is not None else (errors[0] if errors else
+                                                 None if abandoned else "RunStopped: the run did not finish")
+        task = asyncio.get_running_loop().create_task(turn.finish(result, error, abandoned=abandoned))
+        turn.tutor.background.add(task)
+        task.add_done_callback(turn.tutor.background.discard)
+        ending.append(task)
+        return task
 
     def entries_chunk(cards: list[dict[str, Any]]) -> DataChunk:
         data: dict[str, Any] = {"entries": cards}
@@ -53,38 +71,45 @@ async def turn_stream(adapter: VercelAIAdapter[Any, Any], turn: ServedTurn, *, o
         return DataChunk(type="data-entries", data=data)
 
     async def reply_chunk() -> DataChunk:
-        result = results[0] if results and not errors else None
-        error = None if result is not None else (errors[0] if errors else "RunStopped: the run did not finish")
-        data = await turn.finish(result, error)
+        data = await asyncio.shield(end(abandoned=False))
         if operator:
-            data["operator"] = turn.operator_view(result)
+            data["operator"] = turn.operator_view(results[0] if results and not errors else None)
         return DataChunk(type="data-reply", data=data)
 
-    cards = await turn.prefetch()
-    finished = False
-    async for chunk in adapter.transform_stream(native(), on_complete=on_complete):
-        new = turn.new_cards()  # a search just ended (its tool result is this chunk): the cards go out now
-        if new:
-            yield entries_chunk(new)
-        if isinstance(chunk, _TEXT):
-            if isinstance(chunk, TextDeltaChunk) and chunk.delta:
-                turn.text_arrived()
-            if turn.tutor.structured:
-                continue  # a structured answer's JSON: the learner gets the rendered reply in data-reply
-        elif isinstance(chunk, ErrorChunk):
-            if not errors:
-                errors.append("ModelError: the run ended in an error event")
-            continue
-        elif isinstance(chunk, AbortChunk):
-            errors.append("TimeoutError: the turn ran past HYDE_SERVER__TURN_TIMEOUT_S")
-            continue
-        elif isinstance(chunk, (FinishChunk, DoneChunk)) and not finished:
-            finished = True
+    try:
+        cards = await turn.prefetch()
+        finished = False
+        async for chunk in adapter.transform_stream(native(), on_complete=on_complete):
+            new = turn.new_cards()  # a search just ended (its tool result is this chunk): the cards go out now
+            if new:
+                yield entries_chunk(new)
+            if isinstance(chunk, _TEXT):
+                if isinstance(chunk, TextDeltaChunk) and chunk.delta:
+                    turn.text_arrived()
+                if turn.tutor.structured:
+                    continue  # a structured answer's JSON: the learner gets the rendered reply in data-reply
+            elif isinstance(chunk, ErrorChunk):
+                if not errors:
+                    errors.append("ModelError: the run ended in an error event")
+                continue
+            elif isinstance(chunk, AbortChunk):
+                errors.append("TimeoutError: the turn ran past HYDE_SERVER__TURN_TIMEOUT_S")
+                continue
+            elif isinstance(chunk, (FinishChunk, DoneChunk)) and not finished:
+                finished = True
+                yield await reply_chunk()
+            elif str(getattr(chunk, "type", "")).startswith("tool-"):
+                continue
+            yield chunk
+            if isinstance(chunk, StartChunk) and cards:
+                yield entries_chunk(cards)
+        if not finished:
             yield await reply_chunk()
-        elif str(getattr(chunk, "type", "")).startswith("tool-"):
-            continue
-        yield chunk
-        if isinstance(chunk, StartChunk) and cards:
-            yield entries_chunk(cards)
-    if not finished:
-        yield await reply_chunk()
+    except Exception as exc:  # a broken stream (not the learner leaving): the turn failed
+        if not ending:
+            errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+            end(abandoned=False)
+        raise
+    finally:
+        if not ending:  # the stream was closed (or failed) before the turn ended: record it as it stood
+            end(abandoned=True)
