@@ -313,16 +313,17 @@ def test_treatment_received_is_hyde_only_where_hyde_shaped_the_results() -> None
 
 
 def test_the_primary_outcome_line_counts_the_outcomes_the_report_flags() -> None:
-    """METHOD spoke of four outcomes; the report gives six a hyde − raw interval (and a * mark)."""
+    """METHOD spoke of four outcomes; the report gives seven a hyde − raw interval (and a * mark): the six of
+    issue 28 and the abandoned rate."""
     from hyde_tutor.evaluation.outcomes import METHOD
 
     report = outcome_report(_log(200, 0.7, 0.6, seed=6))
     flagged = report["periods"][0]["by_assigned_arm"]["differences"]
     n = len(flagged)
-    assert n == 6 and all("excludes_zero" in row for row in flagged.values())
+    assert n == 7 and "abandoned" in flagged and all("excludes_zero" in row for row in flagged.values())
     assert f"{n} outcomes get a hyde − raw interval" in METHOD["primary"]
     assert all(name in METHOD["primary"] for name in flagged)
-    assert f"about {1 - 0.95 ** n:.0%} of runs" in METHOD["primary"] and "26%" in METHOD["primary"]
+    assert f"about {1 - 0.95 ** n:.0%} of runs" in METHOD["primary"] and "30%" in METHOD["primary"]
 
 
 # -- the CLI -------------------------------------------------------------------------------------------
