@@ -53,7 +53,11 @@ def row_of(turn: Any, deps: TutorDeps, qid: str, kind: str, message: str, previo
     return {"id": qid, "kind": kind, "message": message, "previous": previous, "reply": plain(turn.text),
             "seconds": round(turn.seconds, 2), "error": turn.model_error, "found_ids": [e.get("id") for e in found],
             "headline": head, "headline_relevant": None if relevant is None else head in relevant,
-            "model_korean": turn.answer.korean if turn.answer is not None else None}
+            "model_korean": turn.answer.korean if turn.answer is not None else None,
+            "answer": turn.answer.model_dump() if turn.answer is not None else None,
+            "margin": deps.margins.get(str(found[0].get("id"))) if found else None, "found": found,
+            "history": [[type(m).__name__, getattr(p, "content", "")] for m in turn.messages[:-2]
+                        for p in getattr(m, "parts", []) if isinstance(getattr(p, "content", None), str)]}
 
 
 def main() -> None:

@@ -31,6 +31,8 @@ __all__ = ["KOREAN_TEXT", "korean_sentences", "pattern_sequences", "sentence_pro
 KOREAN_TEXT = re.compile(r"^[가-힣0-9\s.,!?~…\"'«»“”‘’()\-:;]+$")
 """What a Korean sentence of a reply may hold: Hangul syllables, digits, spaces, punctuation."""
 HANGUL = re.compile("[가-힣]")
+NO_EXAMPLES_CHARS = 40
+"""How long a sentence may be on an entry with no examples of its own."""
 _SENTENCE = re.compile(r"[^.!?…]*[.!?…]+|[^.!?…]+$")
 _JAMO_CODA = {"ㄱ": "\u11a8", "ㄴ": "\u11ab", "ㄹ": "\u11af", "ㅁ": "\u11b7", "ㅂ": "\u11b8", "ㅅ": "\u11ba",
               "ㅆ": "\u11bb"}
@@ -263,7 +265,7 @@ def sentence_problem(sentence: str, notation: str, examples: Iterable[str],
     tokens = [t for _, t, _, _ in morphemes(sentence) if not t.startswith(("S", "W_", "Z"))]
     if not tokens or tokens[-1] != "EF":
         return "not a whole sentence"
-    longest = max((len(e) for e in examples), default=0)
+    longest = max((len(e) for e in examples), default=NO_EXAMPLES_CHARS)
     if len(sentence) > longest:
         return "longer than the entry's examples"
     if not uses_pattern(sentence, notation):
