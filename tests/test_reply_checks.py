@@ -69,3 +69,20 @@ def test_the_grounded_model_sees_an_earlier_reply_without_its_korean(retriever) 
     turn = answer_turn(agent, TutorDeps(retriever=hr), "А в прошедшем времени?", history)
     assert turn.model_error is None
     assert "Подойдёт **-고 싶다**." in seen[-1] and "그저" not in seen[-1]  # the head only, no Korean to repeat
+
+
+def test_a_sentence_that_says_something_else_than_its_translation_is_not_shown(use_embedder) -> None:
+    """The 1.5B model wrote «물고 싶어요» ("I want to bite") translated as «Хочу поехать в Пусан.»: the pattern is
+    there, the meaning is not. The cross-lingual sentence embedder (no LLM) tells them apart."""
+    from hyde_tutor.plugin.checks import meaning_check
+    from hyde_tutor.plugin.grounding import GroundedAnswer, render_answer
+
+    agrees = meaning_check(use_embedder.embed, "Как сказать, что я хочу поехать в Пусан?")
+    assert agrees("부산에 가고 싶어요.", "Я хочу поехать в Пусан.")
+    assert not agrees("물고 싶어요.", "Хочу поехать в Пусан.")
+    assert not agrees("버스를 놓칠 뻔했어요.", "Я чуть не опоздал на поезд.")  # a bus is not a train
+    want = {"id": "g-b01", "pattern": "-고 싶다", "name": "хотеть", "explanation": "Желание.",
+            "examples": [{"ko": "주말에 부산에 가고 싶어요.", "ru": "На выходных я хочу поехать в Пусан."}]}
+    text = render_answer(GroundedAnswer(entry=1, korean="물고 싶어요.", russian="Хочу поехать в Пусан."), [want],
+                         agrees=agrees)
+    assert "물고" not in text and "주말에 부산에 가고 싶어요." in text

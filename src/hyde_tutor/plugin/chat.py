@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import html
-
 import logging
 import threading
 import time
@@ -30,6 +29,7 @@ from .monitor import Monitor, RetrievalRecord
 from ..corpus.rendering import entry_label, format_entries
 from .tutor import TUTOR_MODES, HydeTutor, TutorMode, conversation
 from ..errors import HydeTutorError
+from .checks import meaning_check_of
 from .context_fit import REPLY_LINES, FitContext
 from .turn import Turn
 from .grounding import (GroundedAnswer, HeadlineRule, earlier_korean, ground_reply, headline_entry, render_parts,
@@ -68,7 +68,8 @@ def build_tutor_agent(
             not reliably grounded. Every reply still passes :func:`~hyde_tutor.plugin.grounding.ground_reply`.
         temperature: the sampling temperature of every model call (None: the server's default).
         history_turns: earlier exchanges the model sees (:class:`~hyde_tutor.plugin.context_fit.FitContext`;
-            with the embedded model every request is also fitted to its context window).
+            with the embedded model every request is also fitted to its context window; a structured answer's
+            model sees an earlier reply's headline only, no Korean sentence to repeat).
         fit: the request fitting itself (default: :meth:`FitContext.for_backend` with ``history_turns``).
     """
     backend = model if hasattr(model, "extra_settings") and hasattr(model, "kind") else None
@@ -82,8 +83,7 @@ def build_tutor_agent(
         grounded = getattr(backend, "kind", None) == "local"
     structured = chosen == "retrieve-first" and grounded  # a structured choice among the found entries
     settings = with_answer_cap(settings) if structured else settings
-    if fit is None:  # a structured answer's model sees an earlier reply's headline only, no Korean to repeat
-        fit = FitContext.for_backend(backend, settings, history_turns, reply_lines=1 if structured else REPLY_LINES)
+    fit = fit or FitContext.for_backend(backend, settings, history_turns, reply_lines=1 if structured else REPLY_LINES)
     if structured:
         tutor = HydeTutor(mode="retrieve-first", grounded=True)
         return Agent(model, deps_type=TutorDeps, capabilities=[tutor, fit], output_type=NativeOutput(GroundedAnswer),  # type: ignore[arg-type]
@@ -126,7 +126,8 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
         if answer is not None:
             top = str(deps.found[0].get("id")) if deps.found else ""
             number = headline_entry(answer, deps.found, headline, deps.margins.get(top))
-            parts = tuple(reply_parts(answer, deps.found, headline=number, earlier=earlier_korean(conversation(history))))
+            parts = tuple(reply_parts(answer, deps.found, headline=number, earlier=earlier_korean(conversation(history)),
+                                      agrees=meaning_check_of(deps.retriever, question, conversation(history))))
             text, replaced = render_parts(parts), False
         else:
             text, replaced = ground_reply(html.unescape(str(result.output or "").strip()), deps.found)
@@ -152,7 +153,6 @@ def _as_shown(messages: Sequence[ModelMessage], text: str, rewritten: bool) -> t
     """The conversation with the tutor's last reply as the learner saw it (a structured answer rendered with its
     entry, a replaced reply's replacement): the next turn's search reads what was taught, by name."""
     import dataclasses
-
     from pydantic_ai.messages import ModelResponse, TextPart
 
     out = list(messages)

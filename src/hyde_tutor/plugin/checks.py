@@ -21,12 +21,13 @@ from __future__ import annotations
 import itertools
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
+from typing import Any
 
 from ..retrieval.analysis import morphemes
 
-__all__ = ["KOREAN_TEXT", "korean_sentences", "pattern_sequences", "sentence_problem", "uses_pattern"]
+__all__ = ["AGREE_MIN", "KOREAN_TEXT", "meaning_check", "meaning_check_of", "korean_sentences", "pattern_sequences", "sentence_problem", "uses_pattern"]
 
 KOREAN_TEXT = re.compile(r"^[가-힣0-9\s.,!?~…\"'«»“”‘’()\-:;]+$")
 """What a Korean sentence of a reply may hold: Hangul syllables, digits, spaces, punctuation."""
@@ -274,3 +275,36 @@ def sentence_problem(sentence: str, notation: str, examples: Iterable[str],
     if any(_key(s) == key for s in earlier):
         return "a sentence shown before"
     return None
+
+
+AGREE_MIN = 0.5
+"""The least cosine (USE-multilingual-v3) between the model's Korean sentence and its translation. On the 480
+example pairs of data/grammar.jsonl: 87.5 % of true pairs pass, 0.2 % of shuffled ones; «물고 싶어요» ("I want to
+bite") for «Хочу поехать в Пусан.» scores 0.41, «부산에 가고 싶어요» 0.56."""
+TOPIC_MIN = 0.3
+"""The least cosine between the Korean sentence and the learner's message (with the previous question in front
+of a follow-up): «부산에 가고 싶어요» scores 0.43 against «Как сказать, что я хочу поехать в Пусан?», «물고 싶어요» 0.25."""
+
+
+def meaning_check(embed: Callable[[list[str]], Any], message: str):  # type: ignore[no-untyped-def]
+    """``agrees(korean, russian)`` for a reply to ``message``: the Korean sentence and its translation close in
+    a cross-lingual sentence embedding (``embed``: texts -> unit rows, the retriever's dense embedder), and the
+    sentence close to the message. An embedder failure agrees with nothing (the sentence is not shown)."""
+    def agrees(korean: str, russian: str) -> bool:
+        try:
+            rows = embed([korean, russian, message])
+            return float(rows[0] @ rows[1]) >= AGREE_MIN and float(rows[0] @ rows[2]) >= TOPIC_MIN
+        except Exception:  # noqa: BLE001 - unchecked: not shown
+            return False
+    return agrees
+
+
+def meaning_check_of(retriever: Any, message: str, turns: Sequence[tuple[str, str]] = ()):  # type: ignore[no-untyped-def]
+    """:func:`meaning_check` with a :class:`~hyde_tutor.hyde.HydeRetriever`'s dense embedder, for ``message`` after
+    the conversation's ``(role, text)`` ``turns`` (a follow-up is read with the previous question in front); None
+    when the retriever has no dense embedder."""
+    dense = getattr(getattr(retriever, "retriever", None), "dense", None)
+    if dense is None or not hasattr(dense, "embed"):
+        return None
+    previous = next((text for role, text in reversed(turns) if role == "user"), "")
+    return meaning_check(dense.embed, f"{previous} {message}".strip())

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -167,26 +167,35 @@ def unescaped(text: str) -> str:
     return text.strip()
 
 
-def checked_sentence(answer: GroundedAnswer, e: dict[str, Any], earlier: Sequence[str] = ()) -> ReplyPart | None:
+Agrees = Callable[[str, str], bool]
+"""``agrees(korean, russian)``: whether a Korean sentence and its translation say the same, and say what the
+learner asked (:func:`~hyde_tutor.plugin.checks.meaning_check`: a sentence embedder, no LLM)."""
+
+
+def checked_sentence(answer: GroundedAnswer, e: dict[str, Any], earlier: Sequence[str] = (),
+                     agrees: Agrees | None = None) -> ReplyPart | None:
     """The model's sentence as a reply part when it passes every check on entry ``e``
-    (:func:`~hyde_tutor.plugin.checks.sentence_problem`; the entry's own examples count as shown before), with
-    its translation when that is whole Russian; None otherwise."""
+    (:func:`~hyde_tutor.plugin.checks.sentence_problem`; the entry's own examples count as shown before) and,
+    with ``agrees``, the meaning check, shown with its translation; without ``agrees`` the sentence is shown
+    alone (its meaning unchecked, nothing claims it). None: the entry's examples stand in."""
     korean = unescaped(answer.korean).strip("\"'«»“” ")
     own = [str(ex["ko"]) for ex in list(e.get("examples") or []) if isinstance(ex, dict) and ex.get("ko")]
     if not e.get("pattern") or sentence_problem(korean, str(e["pattern"]), own, [*earlier, *own]) is not None:
         return None
+    if agrees is None:
+        return ReplyPart("sentence", f"Фраза модели по этой конструкции: {korean}", "model")
     russian = unescaped(answer.russian)
     if len(russian) >= RUSSIAN_CHARS - 1 and not russian.endswith((".", "!", "?", "…", "»", '"')):
         russian = clip_sentences(russian, RUSSIAN_CHARS)  # cut by the cap: whole sentences or nothing
-    if not RUSSIAN_TEXT.match(russian) or len(CYRILLIC.findall(russian)) < 3:
-        russian = ""
-    line = f"Для вашей ситуации (фраза модели, конструкция проверена): {korean}"
-    return ReplyPart("sentence", f"{line} — {russian}" if russian else line, "model")
+    if not RUSSIAN_TEXT.match(russian) or len(CYRILLIC.findall(russian)) < 3 or not agrees(korean, russian):
+        return None
+    return ReplyPart("sentence", f"Для вашей ситуации (фраза модели, проверена автоматически): {korean} — {russian}",
+                     "model")
 
 
 def reply_parts(answer: GroundedAnswer | None, entries: Sequence[dict[str, Any]], *, headline: int | None = None,
                 margin: float | None = None, rule: HeadlineRule = "unsure",
-                earlier: Sequence[str] = ()) -> list[ReplyPart]:
+                earlier: Sequence[str] = (), agrees: Agrees | None = None) -> list[ReplyPart]:
     """A structured reply as ordered parts: the chosen entry's :func:`entry_parts` (known once the entry is
     chosen, so they can be streamed before the model's sentence), then the model's sentence if it passed the
     checks, then the search's top entry when another heads the reply.
@@ -194,7 +203,8 @@ def reply_parts(answer: GroundedAnswer | None, entries: Sequence[dict[str, Any]]
     ``answer`` None: the parts known before the model answers (those of :func:`early_headline`'s entry, else of
     the top entry). ``headline``: the entry number, else by ``rule`` and ``margin`` (:func:`headline_entry`).
     ``earlier``: the Korean the conversation already showed (:func:`~hyde_tutor.plugin.checks.korean_sentences`
-    of its earlier turns): a model sentence repeating it is not shown.
+    of its earlier turns): a model sentence repeating it is not shown. ``agrees``: the meaning check
+    (:func:`~hyde_tutor.plugin.checks.meaning_check`); without it the sentence is shown without a translation.
     """
     found = distinct_entries(entries)
     if not found:
@@ -204,7 +214,7 @@ def reply_parts(answer: GroundedAnswer | None, entries: Sequence[dict[str, Any]]
     number = headline if headline is not None else headline_entry(answer, found, rule, margin)
     e = found[number - 1] if 1 <= number <= len(found) else found[0]
     parts = entry_parts(e)
-    sentence = checked_sentence(answer, e, earlier)  # checked against the entry that heads the reply
+    sentence = checked_sentence(answer, e, earlier, agrees)  # checked against the entry that heads the reply
     parts += [sentence] if sentence is not None else []
     if e is not found[0]:  # the model passed over the search's best match: show it too, it is often the answer
         top = found[0]
@@ -224,12 +234,12 @@ def render_parts(parts: Sequence[ReplyPart]) -> str:
 
 
 def render_answer(answer: GroundedAnswer, entries: Sequence[dict[str, Any]], *, headline: int | None = None,
-                  earlier: Sequence[str] = ()) -> str:
+                  earlier: Sequence[str] = (), agrees: Agrees | None = None) -> str:
     """The reply from a structured answer and the entries it was given (:func:`reply_parts`, one per line): the
     chosen entry (``headline``, else the model's; the top one when the number is out of range) with its own
     explanation and examples, the model's sentence only if it passed the checks."""
     return render_parts(reply_parts(answer, entries, headline=headline if headline is not None else answer.entry,
-                                    earlier=earlier))
+                                    earlier=earlier, agrees=agrees))
 
 
 def _pattern_stems(pattern: str) -> list[str]:
