@@ -12,8 +12,7 @@ from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.plugin.chat import answer_turn, build_tutor_agent
 from hyde_tutor.plugin.grounding import REPLACED_LINE, GroundedAnswer, ground_reply, render_answer
 
-SENTENCE_LINE = "Фраза модели по этой конструкции:"
-CHECKED_LINE = "Для вашей ситуации (фраза модели, проверена автоматически):"
+SENTENCE_LINE = CHECKED_LINE = "Для вашей ситуации (фраза модели, проверена автоматически):"
 
 
 def agree(korean: str, russian: str) -> bool:
@@ -56,15 +55,19 @@ def test_a_structured_answer_is_rendered_with_the_chosen_entry_and_its_examples(
 
 def test_a_weak_structured_answer_still_names_the_entry_and_gives_korean() -> None:
     """What the 1.5B model wrote: an entry number out of range, 'Korean' without Hangul, English."""
-    text = render_answer(GroundedAnswer(entry=5, korean="을", russian="I want to go to Pusan."), [WANT, ALMOST])
+    text = render_answer(GroundedAnswer(entry=5, korean="을", russian="I want to go to Pusan."), [WANT, ALMOST],
+                         agrees=agree)
     assert text.startswith("Подойдёт **-고 싶다")  # out of range: the top entry
     assert SENTENCE_LINE not in text and "I want" not in text
     assert "Присоединяется к основе глагола." in text and "주말에 부산에 가고 싶어요." in text
+    unchecked = render_answer(GroundedAnswer(entry=1, korean="서울에 가고 싶어요.", russian="Хочу в Сеул."), [WANT])
+    assert "서울" not in unchecked and "Сеул" not in unchecked  # no meaning check given: its meaning is unchecked
 
 
 def _shown(korean: str, entry: dict = WANT, earlier: tuple[str, ...] = ()) -> bool:
     """Whether the model's sentence reaches the reply (the entry's own text and example always do)."""
-    text = render_answer(GroundedAnswer(entry=1, korean=korean, russian="Перевод."), [entry], earlier=earlier)
+    text = render_answer(GroundedAnswer(entry=1, korean=korean, russian="Перевод."), [entry], earlier=earlier,
+                         agrees=agree)
     assert all(ex["ko"] in text for ex in entry["examples"]) and text.startswith(f"Подойдёт **{entry['pattern']}")
     return SENTENCE_LINE in text
 

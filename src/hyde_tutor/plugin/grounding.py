@@ -176,14 +176,14 @@ def checked_sentence(answer: GroundedAnswer, e: dict[str, Any], earlier: Sequenc
                      agrees: Agrees | None = None) -> ReplyPart | None:
     """The model's sentence as a reply part when it passes every check on entry ``e``
     (:func:`~hyde_tutor.plugin.checks.sentence_problem`; the entry's own examples count as shown before) and,
-    with ``agrees``, the meaning check, shown with its translation; without ``agrees`` the sentence is shown
-    alone (its meaning unchecked, nothing claims it). None: the entry's examples stand in."""
+    the meaning check ``agrees``, shown with its translation. None (also without ``agrees``: its meaning would be
+    unchecked): the entry's examples stand in."""
     korean = unescaped(answer.korean).strip("\"'«»“” ")
     own = [str(ex["ko"]) for ex in list(e.get("examples") or []) if isinstance(ex, dict) and ex.get("ko")]
     if not e.get("pattern") or sentence_problem(korean, str(e["pattern"]), own, [*earlier, *own]) is not None:
         return None
     if agrees is None:
-        return ReplyPart("sentence", f"Фраза модели по этой конструкции: {korean}", "model")
+        return None
     russian = unescaped(answer.russian)
     if len(russian) >= RUSSIAN_CHARS - 1 and not russian.endswith((".", "!", "?", "…", "»", '"')):
         russian = clip_sentences(russian, RUSSIAN_CHARS)  # cut by the cap: whole sentences or nothing
@@ -204,7 +204,7 @@ def reply_parts(answer: GroundedAnswer | None, entries: Sequence[dict[str, Any]]
     the top entry). ``headline``: the entry number, else by ``rule`` and ``margin`` (:func:`headline_entry`).
     ``earlier``: the Korean the conversation already showed (:func:`~hyde_tutor.plugin.checks.korean_sentences`
     of its earlier turns): a model sentence repeating it is not shown. ``agrees``: the meaning check
-    (:func:`~hyde_tutor.plugin.checks.meaning_check`); without it the sentence is shown without a translation.
+    (:func:`~hyde_tutor.plugin.checks.meaning_check_of`); without it no model sentence is shown.
     """
     found = distinct_entries(entries)
     if not found:
