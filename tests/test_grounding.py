@@ -115,6 +115,8 @@ def test_a_cut_falls_at_a_sentence_end() -> None:
     explanation = text.splitlines()[1]
     assert explanation.startswith("Первое предложение.") and explanation.endswith("основу.") and "Обрыв" not in text
     assert clip_sentences("Одно. Два слова без конца", 100) == "Одно."
+    assert clip_sentences("О себе (뭐 하고 싶어요?); о других -고 싶어하다. Прошедшее — -고 싶었", 100) == (
+        "О себе (뭐 하고 싶어요?); о других -고 싶어하다.")  # a ? inside brackets ends no sentence
     capped = ("Я хочу поехать в Пусан. " + "Очень " * 30)[:RUSSIAN_CHARS]
     text = render_answer(GroundedAnswer(entry=1, korean="부산에 가고 싶어요.", russian=capped), [WANT], agrees=agree)
     assert text.splitlines()[-1].endswith("부산에 가고 싶어요. — Я хочу поехать в Пусан.")

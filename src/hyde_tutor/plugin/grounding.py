@@ -123,13 +123,10 @@ def clip_sentences(text: str, max_chars: int = ENTRY_TEXT_CHARS) -> str:
     """``text`` cut to whole sentences within ``max_chars`` (at least its first sentence, however long); a last
     fragment with no sentence end (a field capped mid-word, ending in ``…``) is dropped."""
     text = " ".join(text.split()).removesuffix("…").strip()
-    sentences = re.findall(r"[^.!?…]+[.!?…]+[»\")]*(?=\s|$)", text)
-    kept = ""
-    for sentence in sentences:
-        if kept and len(kept) + len(sentence) > max_chars:
-            break
-        kept += sentence
-    return kept.strip()
+    ends = [m.end() for m in re.finditer(r"[.!?…]+[»\"')\]]*(?=\s|$)", text)]
+    if not ends:
+        return ""
+    return text[:max([end for end in ends if end <= max_chars], default=ends[0])].strip()
 
 
 def _examples(e: dict[str, Any], n: int = 2) -> list[dict[str, Any]]:
