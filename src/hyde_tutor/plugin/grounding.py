@@ -38,7 +38,6 @@ RUSSIAN_TEXT = re.compile(r"^[а-яёА-ЯЁ0-9\s.,!?…:;\-—–«»\"'()]*$")
 ENTRY_TEXT_CHARS = 300
 """The entry's explanation in a reply: whole sentences up to this length."""
 MAX_ENTRIES = 5
-MIN_KOREAN_SYLLABLES = 3
 KOREAN_CHARS = 80
 RUSSIAN_CHARS = 120
 REPLACED_LINE = "[ответ модели не опирался на найденные статьи; вот самая подходящая из них]"
