@@ -77,9 +77,33 @@ def stub_model(token_s: float = 0.0, fail: bool = False) -> FunctionModel:
     return FunctionModel(call, stream_function=stream)
 
 
+STRUCTURED_ANSWER = {"entry": 1, "korean": "부산에 가고 싶어요.",
+                     "explanation": 'Фраза &#34;부산에 가고 싶어요&#34; значит "хочу поехать в Пусан".'}
+"""The structured stub's answer: its explanation writes quotes as HTML entities and as ``"`` (the embedded model
+has written both)."""
+
+
+def structured_model(token_s: float = 0.0, answer: dict[str, Any] | None = None) -> FunctionModel:
+    """A stub of the embedded model's structured answer (retrieve-first, no tools): its JSON, a few characters
+    at a time (``token_s`` apart: the head of the reply must reach the page before the JSON is complete)."""
+    text = json.dumps(answer or STRUCTURED_ANSWER, ensure_ascii=False)
+
+    def call(messages: list[Any], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart(text)])
+
+    async def stream(messages: list[Any], info: AgentInfo):  # type: ignore[no-untyped-def]
+        for i in range(0, len(text), 4):
+            if token_s:
+                await asyncio.sleep(token_s)
+            yield text[i:i + 4]
+
+    return FunctionModel(call, stream_function=stream)
+
+
 def stub_parts(root: Path, settings: Settings, *, token_s: float = 0.0, fail: bool = False, extra_docs=(),
-               database_url: str | None = None):  # type: ignore[no-untyped-def]
-    """Server parts over the four test documents (hash embedder, simulated HyDE) and a stub model."""
+               database_url: str | None = None, structured: bool = False):  # type: ignore[no-untyped-def]
+    """Server parts over the four test documents (hash embedder, simulated HyDE) and a stub model (``structured``:
+    the embedded model's shape, a structured answer after a search made first)."""
     from hyde_tutor.plugin.chat import build_tutor_agent
     from hyde_tutor.plugin.experiment import experiment_from_settings
     from hyde_tutor.plugin.served import ServedTutor
@@ -99,8 +123,10 @@ def stub_parts(root: Path, settings: Settings, *, token_s: float = 0.0, fail: bo
     if extra_docs:
         ingest_documents(list(extra_docs), IngestRequest(collection="grammar", progress=False), retriever.retriever.store, embedder, bm25)
     database = open_database(database_url or settings)
-    tutor = ServedTutor(build_tutor_agent(stub_model(token_s, fail)), retriever, SqlEventLog(database),
-                        experiment_from_settings(settings))
+    agent = (build_tutor_agent(structured_model(token_s), mode="retrieve-first", grounded=True) if structured
+             else build_tutor_agent(stub_model(token_s, fail)))
+    tutor = ServedTutor(agent, retriever, SqlEventLog(database), experiment_from_settings(settings),
+                        retrieve_first=structured)
     identity = LearnerIdentity(server_secret(None, settings.data_dir),
                                settings.server.host_secret.get_secret_value() if settings.server.host_secret else None)
     from hyde_tutor.server.build import outcome_report
