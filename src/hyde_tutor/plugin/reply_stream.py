@@ -34,11 +34,11 @@ _ENTRY_FIELD = re.compile(r'"entry"\s*:\s*(\d+)\s*[,}\s]')
 
 def lead_text(entries: Sequence[dict[str, Any]], number: int) -> str:
     """The part of a structured reply that depends only on its headline entry (``number``, 1-based): the reply
-    rendered from an empty answer on that entry, up to its first line that the answer could change. Today that
-    is the headline line; the rest follows when the answer is complete."""
+    rendered from an empty answer on that entry, up to its first line that the answer could change (today the
+    headline line; with the reply as ordered parts, the entry's own parts). No line break after it: the rest of
+    the reply brings its own."""
     empty = GroundedAnswer.model_construct(entry=number, korean="", explanation="")
-    rendered = render_answer(empty, entries, headline=number)
-    return rendered.split("\n", 1)[0] + "\n"
+    return render_answer(empty, entries, headline=number).split("\n", 1)[0]
 
 
 class ReplyPacer:
