@@ -49,7 +49,7 @@ def main() -> None:
                 entry = row["answer"]["entry"] if row.get("answer") else row["model_entry"]
                 found = [{"id": i} for i in row["found_ids"]]
                 same_top += found[0]["id"] == top
-                answer = GroundedAnswer(entry=min(max(entry, 1), 5), korean="", explanation="")
+                answer = GroundedAnswer(entry=min(max(entry, 1), 5), korean="", russian="")
                 for rule in scores:
                     name, _, at = rule.partition("@")
                     number = headline_entry(answer, found, name, margin if not at or margin is None  # type: ignore[arg-type]

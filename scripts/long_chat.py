@@ -72,8 +72,7 @@ def stand_in(settings: Settings) -> LLMBackend:
     return LLMBackend(FunctionModel(reply), "stand-in", "stand-in", token_counter=counter)
 
 
-ANSWER = json.dumps({"entry": 1, "korean": "그렇게 말하면 돼요.", "explanation": "Так строится эта конструкция: "
-                     "основа глагола и окончание из статьи."}, ensure_ascii=False)
+ANSWER = json.dumps({"entry": 1, "korean": "그렇게 말하면 돼요.", "russian": "Так и говорят."}, ensure_ascii=False)
 
 
 def main() -> None:

@@ -50,8 +50,8 @@ EVAL = Path(__file__).resolve().parent.parent / "data" / "eval"
 class ShortAnswer(GroundedAnswer):
     """The structured answer with shorter fields (the ``--short-answer`` lever)."""
 
-    korean: str = Field(max_length=80, description="Корейская фраза для ситуации ученика, по этой конструкции.")
-    explanation: str = Field(max_length=160, description="Одно предложение по-русски: как построить конструкцию.")
+    korean: str = Field(max_length=60, description="Корейская фраза для ситуации ученика, по этой конструкции.")
+    russian: str = Field(max_length=80, description="Перевод этой фразы на русский.")
 
 
 class Nonce(AbstractCapability[Any]):

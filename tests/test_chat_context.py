@@ -17,7 +17,7 @@ from hyde_tutor.plugin.chat import CHAT_TEMPERATURE, answer_turn, build_tutor_ag
 from hyde_tutor.plugin.context_fit import FitContext, bounded_history, chatml_tokens, drop_last_entry
 from hyde_tutor.plugin.toolset import TutorDeps
 
-ANSWER = {"entry": 1, "korean": "가고 싶어요", "explanation": "Желание: основа глагола плюс -고 싶다."}
+ANSWER = {"entry": 1, "korean": "가고 싶어요", "russian": "Хочу поехать."}
 
 
 def _recording_model(seen: list[tuple[list, AgentInfo]]) -> FunctionModel:

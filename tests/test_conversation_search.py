@@ -91,7 +91,7 @@ def test_the_chat_keeps_the_reply_the_learner_saw_for_the_next_search(retriever)
     from hyde_tutor.plugin.toolset import TutorDeps
     from hyde_tutor.plugin.tutor import conversation
 
-    answer = {"entry": 1, "korean": "가고 싶어요", "explanation": "Желание: основа глагола плюс -고 싶다."}
+    answer = {"entry": 1, "korean": "가고 싶어요", "russian": "Хочу поехать."}
     model = FunctionModel(lambda m, i: ModelResponse(parts=[TextPart(json.dumps(answer, ensure_ascii=False))]))
     hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
     turn = answer_turn(build_tutor_agent(model, mode="retrieve-first", grounded=True), TutorDeps(retriever=hr), "Хочу?")

@@ -11,12 +11,15 @@ from hyde_tutor.config import HydeSettings
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.plugin.chat import answer_turn, build_tutor_agent
 from hyde_tutor.plugin.grounding import REPLACED_LINE, GroundedAnswer, ground_reply, render_answer
+
+SENTENCE_LINE = "Для вашей ситуации (фраза модели, конструкция проверена):"
 from hyde_tutor.plugin.toolset import TutorDeps
 
 WANT = {"id": "g-b01", "pattern": "-고 싶다", "name": "желание «хотеть»", "explanation": "Присоединяется к основе глагола.",
         "examples": [{"ko": "주말에 부산에 가고 싶어요.", "ru": "На выходных я хочу поехать в Пусан."}]}
 ALMOST = {"id": "g-c11", "pattern": "-(으)ㄹ 뻔하다", "name": "чуть не", "explanation": "Почти случилось.",
-          "examples": [{"ko": "늦을 뻔했어요.", "ru": "Я чуть не опоздал."}]}
+          "examples": [{"ko": "늦을 뻔했어요.", "ru": "Я чуть не опоздал."},
+                       {"ko": "늦잠을 자서 비행기를 놓칠 뻔했어요.", "ru": "Я проспал и чуть не опоздал на самолёт."}]}
 
 
 def test_a_reply_without_korean_is_replaced_by_the_rendered_entry() -> None:
@@ -37,37 +40,96 @@ def test_a_reply_that_teaches_from_a_found_entry_is_kept() -> None:
 
 
 def test_a_structured_answer_is_rendered_with_the_chosen_entry_and_its_examples() -> None:
-    text = render_answer(GroundedAnswer(entry=2, korean="기차를 놓칠 뻔했어요.", explanation="Значит «чуть не»: "
-                                        "присоединяется к основе глагола, обычно в прошедшем времени."), [WANT, ALMOST])
-    assert "-(으)ㄹ 뻔하다" in text and "기차를 놓칠 뻔했어요." in text and "늦을 뻔했어요." in text
+    text = render_answer(GroundedAnswer(entry=2, korean="기차를 놓칠 뻔했어요.", russian="Я чуть не опоздал на поезд."),
+                         [WANT, ALMOST])
+    assert text.splitlines() == ["Подойдёт **-(으)ㄹ 뻔하다 — чуть не**.", "Почти случилось.", "Пример: 늦을 뻔했어요. — Я чуть не опоздал.",
+                                 "Пример: 늦잠을 자서 비행기를 놓칠 뻔했어요. — Я проспал и чуть не опоздал на самолёт.",
+                                 f"{SENTENCE_LINE} 기차를 놓칠 뻔했어요. — Я чуть не опоздал на поезд.",
+                                 "См. также **-고 싶다 — желание «хотеть»**. 주말에 부산에 가고 싶어요. — На выходных я хочу поехать в Пусан."]
 
 
 def test_a_weak_structured_answer_still_names_the_entry_and_gives_korean() -> None:
     """What the 1.5B model wrote: an entry number out of range, 'Korean' without Hangul, English."""
-    text = render_answer(GroundedAnswer(entry=5, korean="을", explanation="I want to go to Pusan."), [WANT, ALMOST])
+    text = render_answer(GroundedAnswer(entry=5, korean="을", russian="I want to go to Pusan."), [WANT, ALMOST])
     assert text.startswith("Подойдёт **-고 싶다")  # out of range: the top entry
-    assert "По-корейски: 을" not in text and "I want" not in text
+    assert SENTENCE_LINE not in text and "I want" not in text
     assert "Присоединяется к основе глагола." in text and "주말에 부산에 가고 싶어요." in text
 
 
-def test_a_korean_sentence_not_built_on_the_chosen_entry_is_not_shown() -> None:
-    """The 1.5B model wrote «그러니까 가야해요» ("so I have to go") for 을/를, -았/었었- and -(으)려고 하다 alike in
-    one transcript; shown as «По-корейски: …» it taught a sentence the entry does not explain."""
+def _shown(korean: str, entry: dict = WANT, earlier: tuple[str, ...] = ()) -> bool:
+    """Whether the model's sentence reaches the reply (the entry's own text and example always do)."""
+    text = render_answer(GroundedAnswer(entry=1, korean=korean, russian="Перевод."), [entry], earlier=earlier)
+    assert all(ex["ko"] in text for ex in entry["examples"]) and text.startswith(f"Подойдёт **{entry['pattern']}")
+    return SENTENCE_LINE in text
+
+
+def test_a_model_sentence_with_cyrillic_or_latin_inside_is_replaced_by_the_entrys_example() -> None:
+    """The 1.5B model wrote «나는 그 цвет을 피우는 중입니다» for -는 동안."""
+    while_ = {"id": "g-a28", "pattern": "-는 동안", "name": "пока", "explanation": "Пока идёт действие.",
+              "examples": [{"ko": "제가 없는 동안 강아지를 좀 봐 주세요.", "ru": "Пока меня нет, присмотри за собакой."}]}
+    assert not _shown("제가 없는 동안 그 цвет을 봐요.", while_)
+    assert not _shown("제가 없는 동안 TV를 봐요.", while_)
+    assert _shown("제가 없는 동안 책을 읽어요.", while_)
+
+
+def test_a_model_sentence_without_the_entrys_pattern_is_replaced_by_the_entrys_example() -> None:
+    """«그러니까 가야해요» for 을/를; «부산에 가고 있어요» shares the syllable 고 with -고 싶다, not the pattern."""
+    assert not _shown("부산에 가고 있어요.")
+    assert not _shown("여기서 가요.")
+    assert _shown("부산에 가고 싶어요.") and _shown("부산에 가고 싶었어요.")  # conjugated: the analyser finds it
     objects = {"id": "g-d15", "pattern": "을/를", "name": "частица прямого дополнения",
-               "examples": [{"ko": "커피를 마셔요.", "ru": "Я пью кофе."}]}
-    explanation = "Частица отмечает прямое дополнение: после согласной 을, после гласной 를."
-    bogus = render_answer(GroundedAnswer(entry=1, korean="그러니까 가야해요", explanation=explanation), [objects])
-    assert "그러니까" not in bogus and "커피를 마셔요." in bogus  # the entry's own example stays
-    fitting = render_answer(GroundedAnswer(entry=1, korean="저는 부산을 좋아해요.", explanation=explanation), [objects])
-    assert "По-корейски: 저는 부산을 좋아해요." in fitting
-    contracted = render_answer(GroundedAnswer(entry=2, korean="기차를 놓칠 뻔했어요.", explanation=explanation),
-                               [WANT, ALMOST])
-    assert "По-корейски: 기차를 놓칠 뻔했어요." in contracted
+               "examples": [{"ko": "저는 아침에 커피를 마셔요.", "ru": "Я пью кофе."}]}
+    assert not _shown("그러니까 가야해요", objects) and _shown("저는 부산을 좋아해요.", objects)
+    assert _shown("기차를 놓칠 뻔했어요.", ALMOST) and not _shown("기차를 놓쳤어요.", ALMOST)
 
 
-def test_html_entities_in_a_reply_are_unescaped() -> None:
-    text = render_answer(GroundedAnswer(entry=1, korean="&#34;가고 싶어요.&#34;", explanation="x"), [WANT])
-    assert '"가고 싶어요."' in text and "&#34;" not in text
+def test_a_model_sentence_repeating_an_earlier_turn_is_replaced_by_the_entrys_example() -> None:
+    """Turn 3 of the issue's chat showed turn 2's «그저 가고 싶었어요» again, for a new question."""
+    assert not _shown("그저 가고 싶었어요.", earlier=("그저 가고 싶었어요",))
+    assert not _shown("주말에 부산에 가고 싶어요.")  # the entry's own example: already shown above it
+    assert _shown("그저 가고 싶었어요.", earlier=("부산에 가고 싶어요.",))
+
+
+def test_a_model_sentence_cut_off_or_longer_than_the_examples_is_dropped() -> None:
+    assert not _shown("부산에 가고 싶")  # a token cap cut it mid-word: no final ending
+    assert not _shown("부산에 가고 싶어요. 그리고 서울에도 가고 싶어요.")  # one sentence only
+    assert not _shown("저는 이번 주말에 친구들하고 같이 부산에 가고 싶어요.")  # longer than the entry's example
+
+
+def test_a_cut_falls_at_a_sentence_end() -> None:
+    """The entry's text is cut to whole sentences (it read «Фраза зак»), and a translation cut by its cap too."""
+    from hyde_tutor.plugin.grounding import RUSSIAN_CHARS, clip_sentences
+
+    long = {**WANT, "explanation": "Первое предложение. " + "Второе длинное предложение про основу. " * 12 + "Обрыв сло…"}
+    text = render_answer(GroundedAnswer(entry=1, korean="부산에 가고 싶어요.", russian="Хочу в Пусан."), [long])
+    explanation = text.splitlines()[1]
+    assert explanation.startswith("Первое предложение.") and explanation.endswith("основу.") and "Обрыв" not in text
+    assert clip_sentences("Одно. Два слова без конца", 100) == "Одно."
+    capped = ("Я хочу поехать в Пусан. " + "Очень " * 30)[:RUSSIAN_CHARS]
+    text = render_answer(GroundedAnswer(entry=1, korean="부산에 가고 싶어요.", russian=capped), [WANT])
+    assert text.splitlines()[-1].endswith("부산에 가고 싶어요. — Я хочу поехать в Пусан.")
+
+
+def test_text_is_unescaped_so_the_page_escapes_it_once() -> None:
+    import html
+
+    text = render_answer(GroundedAnswer(entry=1, korean="&amp;#34;부산에 가고 싶어요.&#34;",
+                                        russian="&#34;Хочу в Пусан.&amp;quot;"), [WANT])
+    assert "&#34;" not in text and "&amp;" not in text and "&quot;" not in text
+    assert '"Хочу в Пусан."' in text and "부산에 가고 싶어요." in text
+    assert "&amp;" not in html.escape(text)  # escaped once where shown: a " reads as "
+
+
+def test_the_parts_known_before_the_model_begin_the_reply() -> None:
+    """For streaming: the entry's parts are final once the entry is chosen, the model's sentence comes after."""
+    from hyde_tutor.plugin.grounding import SURE_MARGIN, early_headline, reply_parts
+
+    assert early_headline([WANT, ALMOST], SURE_MARGIN) == 1 and early_headline([WANT, ALMOST], 0.01) is None
+    early = reply_parts(None, [WANT, ALMOST], margin=SURE_MARGIN)
+    full = reply_parts(GroundedAnswer(entry=2, korean="부산에 가고 싶어요.", russian="Хочу в Пусан."), [WANT, ALMOST],
+                       margin=SURE_MARGIN)
+    assert full[:len(early)] == early and [p.kind for p in early] == ["headline", "explanation", "example"]
+    assert [(p.kind, p.source) for p in full[len(early):]] == [("sentence", "model")]
 
 
 def _structured(reply: dict):
@@ -79,12 +141,17 @@ def _structured(reply: dict):
 
 def test_the_retrieve_first_chat_turn_renders_a_grounded_answer(retriever) -> None:
     hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
-    agent = build_tutor_agent(_structured({"entry": 1, "korean": "가고 싶어요", "explanation": "Желание: основа "
-                                           "глагола плюс -고 싶다, вежливо -고 싶어요."}), mode="retrieve-first", grounded=True)
-    turn = answer_turn(agent, TutorDeps(retriever=hr), "Как сказать, что хочу поехать?")
+    def model(messages, info: AgentInfo):  # picks the -고 싶다 entry, wherever the search ranked it
+        number = next(line.split(".")[0] for line in (info.instructions or "").splitlines() if "-고 싶다" in line)
+        return ModelResponse(parts=[TextPart(json.dumps({"entry": int(number), "korean": "가고 싶어요",
+                                                         "russian": "Хочу поехать."}, ensure_ascii=False))])
+
+    agent = build_tutor_agent(FunctionModel(model), mode="retrieve-first", grounded=True)
+    turn = answer_turn(agent, TutorDeps(retriever=hr), "Как сказать, что хочу поехать?", headline="model")
     assert turn.model_error is None and turn.found
-    assert turn.text.startswith("Подойдёт **") and "По-корейски: 가고 싶어요" in turn.text
-    assert turn.answer is not None and (turn.answer.entry, turn.answer.korean) == (1, "가고 싶어요")  # kept for the app
+    assert turn.text.startswith("Подойдёт **-고 싶다") and f"{SENTENCE_LINE} 가고 싶어요 — Хочу поехать." in turn.text
+    assert turn.text == "\n".join(p.text for p in turn.parts)
+    assert turn.answer is not None and turn.answer.korean == "가고 싶어요"  # kept for the app
 
 
 def test_the_tools_chat_turn_replaces_a_reply_without_korean(retriever) -> None:
@@ -128,8 +195,7 @@ def test_a_search_first_chat_shows_the_entries_before_the_model_answers(retrieve
 
     def model(messages, info: AgentInfo):
         events.append("MODEL")
-        return ModelResponse(parts=[TextPart(json.dumps({"entry": 1, "korean": "가고 싶어요, 갈 수 있어요",
-                                                         "explanation": "x"}))])
+        return ModelResponse(parts=[TextPart(json.dumps({"entry": 1, "korean": "가고 싶어요", "russian": "Хочу."}))])
 
     agent = build_tutor_agent(FunctionModel(model), mode="retrieve-first", grounded=True)
     deps = TutorDeps(retriever=hr, monitor=Monitor())
@@ -138,7 +204,7 @@ def test_a_search_first_chat_shows_the_entries_before_the_model_answers(retrieve
     found = next(i for i, e in enumerate(events) if e.startswith("  найдено: "))
     assert found < events.index("MODEL")  # shown before the model was asked
     assert sum(e.startswith("  ← grammar_search") for e in events) == 1  # searched once, not again in the run
-    assert "По-корейски: 가고 싶어요, 갈 수 있어요" in events[-1]
+    assert events[-1].startswith("Подойдёт **")
 
 
 def test_the_chat_streams_a_reply_and_reports_time_to_first_token(retriever) -> None:
@@ -173,25 +239,24 @@ def test_the_chat_streams_a_reply_and_reports_time_to_first_token(retriever) -> 
 
 
 def test_when_the_model_passes_over_the_top_entry_it_is_shown_too() -> None:
-    text = render_answer(GroundedAnswer(entry=2, korean="늦을 뻔했어요", explanation="Почти случилось, но нет: "
-                                        "так говорят о том, что едва не произошло."), [WANT, ALMOST])
+    text = render_answer(GroundedAnswer(entry=2, korean="늦을 뻔했어요", russian="Чуть не опоздал."), [WANT, ALMOST])
     assert text.startswith("Подойдёт **-(으)ㄹ 뻔하다")
     assert text.splitlines()[-1] == "См. также **-고 싶다 — желание «хотеть»**. 주말에 부산에 가고 싶어요. — На выходных я хочу поехать в Пусан."
-    same = render_answer(GroundedAnswer(entry=1, korean="가고 싶어요", explanation="x"), [WANT, ALMOST])
+    same = render_answer(GroundedAnswer(entry=1, korean="가고 싶어요", russian="x"), [WANT, ALMOST])
     assert "См. также" not in same
 
 
 def test_the_headline_follows_the_rule_whatever_the_model_chose() -> None:
     from hyde_tutor.plugin.grounding import SURE_MARGIN, headline_entry
 
-    second = GroundedAnswer(entry=2, korean="늦을 뻔했어요", explanation="Почти случилось: -(으)ㄹ 뻔하다.")
+    second = GroundedAnswer(entry=2, korean="늦을 뻔했어요", russian="Чуть не опоздал.")
     found = [WANT, ALMOST]
     assert headline_entry(second, found, "model") == 2
     assert headline_entry(second, found, "top") == 1
     assert headline_entry(second, found, "unsure", SURE_MARGIN) == 1  # the search is sure: its top entry
     assert headline_entry(second, found, "unsure", SURE_MARGIN / 2) == 2  # unsure: the model chooses
     assert headline_entry(second, found, "unsure", None) == 2
-    assert headline_entry(GroundedAnswer(entry=5, korean="", explanation=""), found, "model") == 1  # out of range
+    assert headline_entry(GroundedAnswer(entry=5, korean="", russian=""), found, "model") == 1  # out of range
     text = render_answer(second, found, headline=1)
     assert text.startswith("Подойдёт **-고 싶다") and "뻔" not in text.split("См. также")[0]  # nothing of the other entry
     assert "Присоединяется к основе глагола." in text  # the headline entry's own explanation
@@ -202,7 +267,7 @@ def test_the_chat_turns_headline_follows_the_rule(retriever) -> None:
     from hyde_tutor.plugin.grounding import SURE_MARGIN, _name
 
     hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
-    agent = build_tutor_agent(_structured({"entry": 2, "korean": "가고 싶어요", "explanation": "Так говорят о желании."}),
+    agent = build_tutor_agent(_structured({"entry": 2, "korean": "가고 싶어요", "russian": "Хочу."}),
                               mode="retrieve-first", grounded=True)
     for rule in ("model", "top", "unsure"):
         deps = TutorDeps(retriever=hr)

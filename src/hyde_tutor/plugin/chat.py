@@ -28,11 +28,12 @@ from pydantic_ai.usage import UsageLimits
 
 from .monitor import Monitor, RetrievalRecord
 from ..corpus.rendering import entry_label, format_entries
-from .tutor import TUTOR_MODES, HydeTutor, TutorMode
+from .tutor import TUTOR_MODES, HydeTutor, TutorMode, conversation
 from ..errors import HydeTutorError
-from .context_fit import FitContext
+from .context_fit import REPLY_LINES, FitContext
 from .turn import Turn
-from .grounding import GroundedAnswer, HeadlineRule, ground_reply, headline_entry, render_answer, with_answer_cap
+from .grounding import (GroundedAnswer, HeadlineRule, earlier_korean, ground_reply, headline_entry, render_parts,
+                        reply_parts, with_answer_cap)
 from .toolset import TutorDeps, compact_result
 
 _log = logging.getLogger("hyde_tutor")
@@ -81,7 +82,8 @@ def build_tutor_agent(
         grounded = getattr(backend, "kind", None) == "local"
     structured = chosen == "retrieve-first" and grounded  # a structured choice among the found entries
     settings = with_answer_cap(settings) if structured else settings
-    fit = FitContext.for_backend(backend, settings, history_turns) if fit is None else fit
+    if fit is None:  # a structured answer's model sees an earlier reply's headline only, no Korean to repeat
+        fit = FitContext.for_backend(backend, settings, history_turns, reply_lines=1 if structured else REPLY_LINES)
     if structured:
         tutor = HydeTutor(mode="retrieve-first", grounded=True)
         return Agent(model, deps_type=TutorDeps, capabilities=[tutor, fit], output_type=NativeOutput(GroundedAnswer),  # type: ignore[arg-type]
@@ -111,6 +113,7 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
         entries = _prefetch(deps, question, history, agent)
         on_found(entries, _new_records(deps.monitor, before))
     first_token: float | None = None
+    parts: tuple[Any, ...] = ()
     streaming = on_text is not None and agent.output_type is str
     try:
         if on_text is not None:  # a structured answer streams too: not shown as it comes, but timed
@@ -123,7 +126,8 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
         if answer is not None:
             top = str(deps.found[0].get("id")) if deps.found else ""
             number = headline_entry(answer, deps.found, headline, deps.margins.get(top))
-            text, replaced = render_answer(answer, deps.found, headline=number), False
+            parts = tuple(reply_parts(answer, deps.found, headline=number, earlier=earlier_korean(conversation(history))))
+            text, replaced = render_parts(parts), False
         else:
             text, replaced = ground_reply(html.unescape(str(result.output or "").strip()), deps.found)
         if not text:
@@ -141,7 +145,7 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
                 messages=_as_shown(result.all_messages(), text, answer is not None or replaced),
                 replaced=replaced, streamed=streaming,
                 first_token_s=None if first_token is None else first_token - started,
-                answer=answer, prompt_tokens=deps.prompt_tokens)
+                answer=answer, prompt_tokens=deps.prompt_tokens, parts=parts)
 
 
 def _as_shown(messages: Sequence[ModelMessage], text: str, rewritten: bool) -> tuple[ModelMessage, ...]:

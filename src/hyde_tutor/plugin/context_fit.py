@@ -67,14 +67,16 @@ REPLY_CHARS = 200
 model neither copies its old explanation nor spends the window on it."""
 
 
-def _short(text: str) -> str:
-    head = "\n".join(text.splitlines()[:REPLY_LINES])
+def _short(text: str, lines: int = REPLY_LINES) -> str:
+    head = "\n".join(text.splitlines()[:lines])
     return head if len(head) <= REPLY_CHARS else head[:REPLY_CHARS].rsplit(" ", 1)[0] + "…"
 
 
-def bounded_history(messages: Sequence[ModelMessage], history_turns: int) -> list[ModelMessage]:
+def bounded_history(messages: Sequence[ModelMessage], history_turns: int,
+                    reply_lines: int = REPLY_LINES) -> list[ModelMessage]:
     """``messages`` with the earlier turns cut to their last ``history_turns`` exchanges of plain text (the
-    learner's message, the head of the tutor's reply: :data:`REPLY_CHARS`); the current turn is kept whole."""
+    learner's message, the head of the tutor's reply: its first ``reply_lines`` lines, at most
+    :data:`REPLY_CHARS`); the current turn is kept whole."""
     start = _current_start(messages)
     earlier: list[ModelMessage] = []
     for message in messages[:start]:
@@ -85,7 +87,7 @@ def bounded_history(messages: Sequence[ModelMessage], history_turns: int) -> lis
         if role == "user":
             earlier.append(ModelRequest(parts=[UserPromptPart(content=text)]))
         elif earlier and isinstance(earlier[-1], ModelRequest):  # a reply only after its question
-            earlier.append(ModelResponse(parts=[TextPart(content=_short(text))]))
+            earlier.append(ModelResponse(parts=[TextPart(content=_short(text, reply_lines))]))
     exchanges: list[list[ModelMessage]] = []
     for message in earlier:
         if isinstance(message, ModelRequest):
@@ -144,20 +146,24 @@ class FitContext(AbstractCapability[Any]):
     n_ctx: int | None = None
     answer_tokens: int = 256
     """Headroom kept for the answer (the answer's token cap, and a margin)."""
+    reply_lines: int = REPLY_LINES
+    """Lines of an earlier reply the model sees (1: a structured reply's headline, with no Korean sentence that
+    a small model would repeat: issue 36)."""
     counter: TokenCounter | None = None
     """The model's tokenizer (:attr:`~hyde_tutor.llm.LLMBackend.token_counter`); None: a cautious estimate."""
 
     @classmethod
-    def for_backend(cls, backend: Any, settings: dict[str, Any], history_turns: int = 1) -> FitContext:
+    def for_backend(cls, backend: Any, settings: dict[str, Any], history_turns: int = 1,
+                    reply_lines: int = REPLY_LINES) -> FitContext:
         """The fitting for an :class:`~hyde_tutor.llm.LLMBackend` and the agent's model ``settings``: the embedded
         server's window and tokenizer, headroom for the answer's token cap; elsewhere bounded history only."""
         server = getattr(backend, "server", None)
         cap = (settings.get("extra_body") or {}).get("max_tokens") or settings.get("max_tokens") or 200
         return cls(history_turns=history_turns, n_ctx=getattr(server, "n_ctx", None), answer_tokens=int(cap) + 48,
-                   counter=getattr(backend, "token_counter", None))
+                   reply_lines=reply_lines, counter=getattr(backend, "token_counter", None))
 
     async def before_model_request(self, ctx: RunContext[Any], request_context: Any) -> Any:
-        messages = bounded_history(request_context.messages, self.history_turns)
+        messages = bounded_history(request_context.messages, self.history_turns, self.reply_lines)
         params = request_context.model_request_parameters
         parts = list(params.instruction_parts or [])
         tokens = self._count(parts, messages)

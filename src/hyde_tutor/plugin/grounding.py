@@ -1,11 +1,13 @@
 """Replies that teach from the entries the search found, by construction.
 
 The embedded 1.5B model, asked for free text, answers «Нужно сказать: я хочу поехать в Пусан.» with the
-right entry in front of it and not one Korean character, or refuses. So with it the tutor asks for a
-structured answer (:class:`GroundedAnswer`: which found entry, a Korean sentence for the learner's
-situation, a short Russian explanation), constrained token by token through llama.cpp's JSON-schema
-grammar (pydantic-ai ``NativeOutput``), and :func:`render_answer` writes the reply from it TOGETHER WITH
-the chosen entry: its pattern, its name and its own examples always appear, whatever the model wrote.
+right entry in front of it and not one Korean character, or refuses; asked for an explanation, it states
+falsehoods with the reference's authority and stops mid-word at its token cap (issue 36). So with it the tutor
+asks for a structured answer (:class:`GroundedAnswer`: which found entry, ONE Korean sentence for the learner's
+situation and its translation), constrained token by token through llama.cpp's JSON-schema grammar
+(pydantic-ai ``NativeOutput``), and :func:`reply_parts` writes the reply from the chosen entry: its name, its own
+explanation (whole sentences) and its own examples; the model's sentence is added only when the checks of
+:mod:`~hyde_tutor.plugin.checks` (no LLM) pass it. Nothing else the model wrote reaches the learner.
 
 For any model and any reply (capable models in tools mode write free text), :func:`ground_reply` is the
 last guard: when entries were found and the reply names none of them or holds no Korean, it is replaced
@@ -17,29 +19,41 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from ..corpus.rendering import distinct_entries
+from .checks import korean_sentences, sentence_problem
 
-__all__ = ["GroundedAnswer", "HeadlineRule", "distinct_entries", "ground_reply", "headline_entry", "render_answer",
-           "render_entry", "with_answer_cap"]
+__all__ = ["GroundedAnswer", "HeadlineRule", "ReplyPart", "clip_sentences", "distinct_entries", "early_headline", "earlier_korean",
+           "entry_parts", "ground_reply", "headline_entry", "render_answer", "render_entry", "render_parts",
+           "reply_parts", "with_answer_cap"]
 
 HANGUL = re.compile("[가-힣]")
 CYRILLIC = re.compile("[а-яёА-ЯЁ]")
+RUSSIAN_TEXT = re.compile(r"^[а-яёА-ЯЁ0-9\s.,!?…:;\-—–«»\"'()]*$")
+"""What a translation may hold: Cyrillic, digits, spaces, punctuation (no Hangul, no Latin)."""
+ENTRY_TEXT_CHARS = 300
+"""The entry's explanation in a reply: whole sentences up to this length."""
 MAX_ENTRIES = 5
 MIN_KOREAN_SYLLABLES = 3
+KOREAN_CHARS = 80
+RUSSIAN_CHARS = 120
 REPLACED_LINE = "[ответ модели не опирался на найденные статьи; вот самая подходящая из них]"
 
 
 class GroundedAnswer(BaseModel):
-    """The tutor's structured answer: the chosen entry and what to say, in Korean and in Russian."""
+    """The tutor's structured answer: the chosen entry and ONE Korean sentence for the learner's situation, with
+    its Russian translation. The sentence is shown only when :func:`~hyde_tutor.plugin.checks.sentence_problem`
+    finds nothing wrong with it; the explanation the learner reads is always the entry's own."""
 
     entry: int = Field(ge=1, le=MAX_ENTRIES, description="Номер статьи из списка найденных, по которой ты отвечаешь.")
-    korean: str = Field(max_length=120, description="Корейская фраза для ситуации ученика, по этой конструкции.")
-    explanation: str = Field(max_length=240, description="1–2 коротких предложения по-русски: почему эта "
-                                                        "конструкция и как её построить.")
+    korean: str = Field(max_length=KOREAN_CHARS, description="Одно короткое предложение по-корейски (только "
+                                                               "корейские буквы) для ситуации ученика, по этой "
+                                                               "конструкции.")
+    russian: str = Field(max_length=RUSSIAN_CHARS, description="Перевод этого предложения на русский.")
 
 
 def _name(e: dict[str, Any]) -> str:
@@ -51,9 +65,9 @@ def _name(e: dict[str, Any]) -> str:
 def render_entry(e: dict[str, Any], max_examples: int = 2) -> str:
     """One found entry as the learner reads it: its name, its explanation, its own Korean examples."""
     lines = [f"**{_name(e)}**"]
-    text = str(e.get("explanation") or e.get("content") or e.get("text") or "").strip()
+    text = clip_sentences(str(e.get("explanation") or e.get("content") or e.get("text") or ""), 400)
     if text:
-        lines.append(text[:400] + ("…" if len(text) > 400 else ""))
+        lines.append(text)
     for ex in list(e.get("examples") or [])[:max_examples]:
         if isinstance(ex, dict) and ex.get("ko"):
             lines.append(f"Пример: {ex['ko']} — {ex.get('ru', '')}".rstrip(" —"))
@@ -94,46 +108,128 @@ def headline_entry(answer: GroundedAnswer, entries: Sequence[dict[str, Any]], ru
     return chosen
 
 
-def render_answer(answer: GroundedAnswer, entries: Sequence[dict[str, Any]], *, headline: int | None = None) -> str:
-    """The reply from a structured answer and the entries it was given: the chosen entry (``headline``, else
-    the model's; the top one when the number is out of range) named first, the model's Korean sentence if it
-    is Korean and built on that entry, its explanation if it is Russian and about that entry (else the
-    entry's own), then the entry's examples."""
+@dataclass(frozen=True, slots=True)
+class ReplyPart:
+    """One piece of a structured reply, in the order the learner reads them. ``text`` is plain text (``**bold**``
+    as markdown), never HTML-escaped: escape it once where it is shown."""
+
+    kind: Literal["headline", "explanation", "example", "sentence", "see_also", "note"]
+    text: str
+    source: Literal["entry", "model", "tutor"] = "entry"
+    """``entry``: the reference's own text; ``model``: the model's sentence, shown after it passed the checks."""
+
+
+def clip_sentences(text: str, max_chars: int = ENTRY_TEXT_CHARS) -> str:
+    """``text`` cut to whole sentences within ``max_chars`` (at least its first sentence, however long); a last
+    fragment with no sentence end (a field capped mid-word, ending in ``…``) is dropped."""
+    text = " ".join(text.split()).removesuffix("…").strip()
+    sentences = re.findall(r"[^.!?…]+[.!?…]+[»\")]*(?=\s|$)", text)
+    kept = ""
+    for sentence in sentences:
+        if kept and len(kept) + len(sentence) > max_chars:
+            break
+        kept += sentence
+    return kept.strip()
+
+
+def _examples(e: dict[str, Any], n: int = 2) -> list[dict[str, Any]]:
+    return [ex for ex in list(e.get("examples") or [])[:n] if isinstance(ex, dict) and ex.get("ko")]
+
+
+def entry_parts(e: dict[str, Any]) -> list[ReplyPart]:
+    """An entry as a reply shows it: the headline, its own explanation (whole sentences), its own examples; a
+    document without examples, its text."""
+    parts = [ReplyPart("headline", f"Подойдёт **{_name(e)}**.")]
+    text = clip_sentences(str(e.get("explanation") or e.get("content") or e.get("text") or ""))
+    if text:
+        parts.append(ReplyPart("explanation", text))
+    parts += [ReplyPart("example", f"Пример: {ex['ko']} — {ex.get('ru', '')}".rstrip(" —")) for ex in _examples(e)]
+    return parts
+
+
+def early_headline(entries: Sequence[dict[str, Any]], margin: float | None = None,
+                   rule: HeadlineRule = "unsure") -> int | None:
+    """The number of the entry that heads the reply when it is known before the model answers (the search is
+    sure, or the rule is ``top``): its :func:`entry_parts` can be shown at once. None: the model picks it."""
+    if not distinct_entries(entries) or rule == "model":
+        return None
+    return 1 if rule == "top" or (margin is not None and margin >= SURE_MARGIN) else None
+
+
+def unescaped(text: str) -> str:
+    """Model text with HTML entities decoded (a model may write ``&#34;`` or ``&amp;#34;``): the page escapes it
+    once, so the learner reads ``"``."""
+    for _ in range(3):
+        decoded = html.unescape(text)
+        if decoded == text:
+            break
+        text = decoded
+    return text.strip()
+
+
+def checked_sentence(answer: GroundedAnswer, e: dict[str, Any], earlier: Sequence[str] = ()) -> ReplyPart | None:
+    """The model's sentence as a reply part when it passes every check on entry ``e``
+    (:func:`~hyde_tutor.plugin.checks.sentence_problem`; the entry's own examples count as shown before), with
+    its translation when that is whole Russian; None otherwise."""
+    korean = unescaped(answer.korean).strip("\"'«»“” ")
+    own = [str(ex["ko"]) for ex in list(e.get("examples") or []) if isinstance(ex, dict) and ex.get("ko")]
+    if not e.get("pattern") or sentence_problem(korean, str(e["pattern"]), own, [*earlier, *own]) is not None:
+        return None
+    russian = unescaped(answer.russian)
+    if len(russian) >= RUSSIAN_CHARS - 1 and not russian.endswith((".", "!", "?", "…", "»", '"')):
+        russian = clip_sentences(russian, RUSSIAN_CHARS)  # cut by the cap: whole sentences or nothing
+    if not RUSSIAN_TEXT.match(russian) or len(CYRILLIC.findall(russian)) < 3:
+        russian = ""
+    line = f"Для вашей ситуации (фраза модели, конструкция проверена): {korean}"
+    return ReplyPart("sentence", f"{line} — {russian}" if russian else line, "model")
+
+
+def reply_parts(answer: GroundedAnswer | None, entries: Sequence[dict[str, Any]], *, headline: int | None = None,
+                margin: float | None = None, rule: HeadlineRule = "unsure",
+                earlier: Sequence[str] = ()) -> list[ReplyPart]:
+    """A structured reply as ordered parts: the chosen entry's :func:`entry_parts` (known once the entry is
+    chosen, so they can be streamed before the model's sentence), then the model's sentence if it passed the
+    checks, then the search's top entry when another heads the reply.
+
+    ``answer`` None: the parts known before the model answers (those of :func:`early_headline`'s entry, else of
+    the top entry). ``headline``: the entry number, else by ``rule`` and ``margin`` (:func:`headline_entry`).
+    ``earlier``: the Korean the conversation already showed (:func:`~hyde_tutor.plugin.checks.korean_sentences`
+    of its earlier turns): a model sentence repeating it is not shown.
+    """
     found = distinct_entries(entries)
-    korean, explanation = html.unescape(answer.korean).strip(), html.unescape(answer.explanation).strip()
     if not found:
-        return explanation or "В справочнике ничего не нашлось."
-    number = answer.entry if headline is None else headline
+        return [ReplyPart("note", "В справочнике ничего не нашлось; попробуйте переформулировать вопрос.", "tutor")]
+    if answer is None:
+        return entry_parts(found[(early_headline(found, margin, rule) or 1) - 1])
+    number = headline if headline is not None else headline_entry(answer, found, rule, margin)
     e = found[number - 1] if 1 <= number <= len(found) else found[0]
-    if headline is not None and headline != answer.entry:  # the model wrote about another entry
-        explanation = ""
-    lines = [f"Подойдёт **{_name(e)}**."]
-    if len(HANGUL.findall(korean)) >= MIN_KOREAN_SYLLABLES and uses_pattern(korean, str(e.get("pattern") or "")):
-        lines.append(f"По-корейски: {korean}")  # a sentence (not a stray particle) built on the chosen entry
-    if len(CYRILLIC.findall(explanation)) >= max(10, len(explanation) // 3):
-        lines.append(explanation)
-    elif e.get("explanation"):
-        lines.append(str(e["explanation"])[:300])
-    examples = [f"Пример: {ex['ko']} — {ex.get('ru', '')}".rstrip(" —")
-                for ex in list(e.get("examples") or [])[:2] if isinstance(ex, dict) and ex.get("ko")]
-    lines += examples
-    if not examples and len(HANGUL.findall(korean)) < MIN_KOREAN_SYLLABLES:  # a document without examples: its own text
-        lines.append(render_entry(e))
+    parts = entry_parts(e)
+    sentence = checked_sentence(answer, e, earlier)  # checked against the entry that heads the reply
+    parts += [sentence] if sentence is not None else []
     if e is not found[0]:  # the model passed over the search's best match: show it too, it is often the answer
         top = found[0]
-        example = next((f" {ex['ko']} — {ex.get('ru', '')}".rstrip(" —") for ex in list(top.get("examples") or [])[:1]
-                        if isinstance(ex, dict) and ex.get("ko")), "")
-        lines.append(f"См. также **{_name(top)}**.{example}")
-    return "\n".join(lines)
+        example = next((f" {ex['ko']} — {ex.get('ru', '')}".rstrip(" —") for ex in _examples(top, 1)), "")
+        parts.append(ReplyPart("see_also", f"См. также **{_name(top)}**.{example}"))
+    return parts
 
 
-def uses_pattern(korean: str, pattern: str) -> bool:
-    """Whether a sentence can be built on ``pattern``: it shares a syllable with the pattern's own (its
-    dictionary ``다`` aside). The embedded model, asked for a sentence on the chosen entry, wrote
-    «그러니까 가야해요» for 을/를, -았/었었- and -(으)려고 하다 alike: such a line is not shown. Loose on
-    purpose (가서 passes for -아서/어서); a pattern with no syllable of its own (``-ㄹ``) always passes."""
-    own = set(re.findall("[가-힣]", pattern)) - {"다"}
-    return not own or any(syllable in korean for syllable in own)
+def earlier_korean(turns: Sequence[tuple[str, str]]) -> list[str]:
+    """The Korean sentences of a conversation's earlier ``(role, text)`` turns (learner's and tutor's)."""
+    return [k for _, text in turns for k in korean_sentences(text)]
+
+
+def render_parts(parts: Sequence[ReplyPart]) -> str:
+    """The reply's text: its parts, one per line."""
+    return "\n".join(p.text for p in parts)
+
+
+def render_answer(answer: GroundedAnswer, entries: Sequence[dict[str, Any]], *, headline: int | None = None,
+                  earlier: Sequence[str] = ()) -> str:
+    """The reply from a structured answer and the entries it was given (:func:`reply_parts`, one per line): the
+    chosen entry (``headline``, else the model's; the top one when the number is out of range) with its own
+    explanation and examples, the model's sentence only if it passed the checks."""
+    return render_parts(reply_parts(answer, entries, headline=headline if headline is not None else answer.entry,
+                                    earlier=earlier))
 
 
 def _pattern_stems(pattern: str) -> list[str]:

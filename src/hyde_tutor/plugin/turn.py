@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic_ai.messages import ModelMessage
 
-from .grounding import GroundedAnswer
+from .grounding import GroundedAnswer, ReplyPart
 from .monitor import RetrievalRecord
 
 __all__ = ("Turn",)
@@ -38,5 +38,7 @@ class Turn:
     """Seconds from the question to the first streamed token of the reply."""
     answer: GroundedAnswer | None = None
     """The model's structured answer (a grounded agent), before :func:`render_answer` wrote ``text`` from it."""
+    parts: tuple[ReplyPart, ...] = ()
+    """A structured reply's parts in order (:func:`~hyde_tutor.plugin.grounding.reply_parts`); ``text`` is them joined."""
     prompt_tokens: int | None = None
     """Tokens of the turn's last model request as sent (after :class:`~hyde_tutor.plugin.context_fit.FitContext`)."""

@@ -43,6 +43,29 @@ RUSSIAN_STOPWORDS = frozenset(
 )
 
 
+_KIWI_LOCK = threading.RLock()
+_KIWI: list[object] = []
+
+
+def shared_kiwi():  # type: ignore[no-untyped-def]
+    """The process's one kiwipiepy analyser (loaded on first use, about 2 s): the BM25 analyser and the reply's
+    checks share it, so a warm-up loads it for both. Call its methods under :func:`morphemes`' lock."""
+    with _KIWI_LOCK:
+        if not _KIWI:
+            from kiwipiepy import Kiwi
+
+            _KIWI.append(Kiwi())
+        return _KIWI[0]
+
+
+def morphemes(text: str) -> list[tuple[str, str, int, int]]:
+    """``(form, tag, start, length)`` of each morpheme kiwipiepy finds in ``text`` (thread-safe)."""
+    kiwi = shared_kiwi()
+    with _KIWI_LOCK:
+        tokens = kiwi.tokenize(text)
+    return [(t.form, t.tag, t.start, t.len) for t in tokens]
+
+
 class KoreanAwareAnalyzer:
     """Turns mixed Korean / Russian / Latin text into index terms.
 
@@ -52,7 +75,7 @@ class KoreanAwareAnalyzer:
     name = "kiwi-snowball-v1"
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _KIWI_LOCK
         self._local = threading.local()  # Snowball stemmers keep state per call: one per thread
 
     @property
@@ -64,9 +87,7 @@ class KoreanAwareAnalyzer:
 
     @cached_property
     def _kiwi(self):  # type: ignore[no-untyped-def]
-        from kiwipiepy import Kiwi
-
-        return Kiwi()
+        return shared_kiwi()
 
     def tokenize(self, text: str) -> list[str]:
         """Return the index terms of ``text`` in order (duplicates kept)."""
