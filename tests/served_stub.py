@@ -77,10 +77,9 @@ def stub_model(token_s: float = 0.0, fail: bool = False) -> FunctionModel:
     return FunctionModel(call, stream_function=stream)
 
 
-STRUCTURED_ANSWER = {"entry": 1, "korean": "부산에 가고 싶어요.",
-                     "explanation": 'Фраза &#34;부산에 가고 싶어요&#34; значит "хочу поехать в Пусан".'}
-"""The structured stub's answer: its explanation writes quotes as HTML entities and as ``"`` (the embedded model
-has written both)."""
+STRUCTURED_ANSWER = {"entry": 1, "korean": "부산에 갈 수 있어요.", "russian": 'Я могу поехать в &#34;Пусан&#34;.'}
+"""The structured stub's answer (on the test corpus's top entry, -(으)ㄹ 수 있다): its translation writes quotes as
+HTML entities (the embedded model has)."""
 
 
 def structured_model(token_s: float = 0.0, answer: dict[str, Any] | None = None) -> FunctionModel:

@@ -54,7 +54,7 @@ def test_a_structured_reply_shows_its_head_early_and_its_quotes_escaped_once(str
     message = _ask_done(browser)
     assert early
     text = message.find_element(By.CLASS_NAME, "reply").text
-    assert 'Фраза "부산에 가고 싶어요" значит "хочу поехать в Пусан".' in text
+    assert '부산에 갈 수 있어요. — Я могу поехать в "Пусан".' in text  # the model's checked sentence
     assert "&#34;" not in text and "&quot;" not in text and "&amp;" not in text
 
 

@@ -1,7 +1,7 @@
 """The words of a structured reply the learner can read before the model has finished.
 
 The embedded model answers in a structure (:class:`~hyde_tutor.plugin.grounding.GroundedAnswer`: which found
-entry, a Korean sentence, an explanation) that is rendered with the chosen entry only when it is complete, so
+entry, a Korean sentence and its translation) that is rendered with the chosen entry only when it is complete, so
 a served turn used to show nothing until the last token. Yet the reply's head depends on the chosen entry
 alone: once that is decided (at once when the search is sure of its top entry, else when the model's JSON has
 written its ``entry`` field, its first), :class:`ReplyPacer` hands that head over, and the rest when the reply
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..corpus.rendering import distinct_entries
-from .grounding import GroundedAnswer, HeadlineRule, headline_entry, render_answer
+from .grounding import GroundedAnswer, HeadlineRule, entry_parts, headline_entry, render_parts
 
 __all__ = ("ReplyPacer", "lead_text")
 
@@ -33,12 +33,12 @@ _ENTRY_FIELD = re.compile(r'"entry"\s*:\s*(\d+)\s*[,}\s]')
 
 
 def lead_text(entries: Sequence[dict[str, Any]], number: int) -> str:
-    """The part of a structured reply that depends only on its headline entry (``number``, 1-based): the reply
-    rendered from an empty answer on that entry, up to its first line that the answer could change (today the
-    headline line; with the reply as ordered parts, the entry's own parts). No line break after it: the rest of
-    the reply brings its own."""
-    empty = GroundedAnswer.model_construct(entry=number, korean="", explanation="")
-    return render_answer(empty, entries, headline=number).split("\n", 1)[0]
+    """The part of a structured reply that depends only on its headline entry (``number``, 1-based; the top one
+    when out of range): the entry's own parts (:func:`~hyde_tutor.plugin.grounding.entry_parts`: headline,
+    explanation, examples), which every structured reply headed by it begins with. No line break after them:
+    the rest of the reply brings its own."""
+    found = distinct_entries(entries)
+    return render_parts(entry_parts(found[number - 1] if 1 <= number <= len(found) else found[0]))
 
 
 class ReplyPacer:
@@ -57,7 +57,7 @@ class ReplyPacer:
         """Everything handed over so far."""
 
     def _decide(self, model_entry: int) -> str:
-        answer = GroundedAnswer.model_construct(entry=model_entry, korean="", explanation="")
+        answer = GroundedAnswer.model_construct(entry=model_entry, korean="", russian="")
         self.headline = headline_entry(answer, self.entries, self.rule, self.margin)
         text = self._lead(self.entries, self.headline)
         self.shown += text
@@ -68,7 +68,7 @@ class ReplyPacer:
         entry, or the rule ``top``: the model's pick would not change it); else ``""``."""
         if self.headline is not None or not distinct_entries(self.entries):
             return ""
-        other = GroundedAnswer.model_construct(entry=2, korean="", explanation="")
+        other = GroundedAnswer.model_construct(entry=2, korean="", russian="")
         if headline_entry(other, self.entries, self.rule, self.margin) == 1:
             return self._decide(1)
         return ""

@@ -30,7 +30,8 @@ from ..errors import HydeTutorError
 from .deps import TutorDeps
 from .events import EventLog, TurnRecord
 from .experiment import Experiment, arm_uses_hyde
-from .grounding import GroundedAnswer, HeadlineRule, ground_reply, headline_entry, names_an_entry, render_answer
+from .grounding import (GroundedAnswer, HeadlineRule, earlier_korean, ground_reply, headline_entry, names_an_entry,
+                        render_parts, reply_parts)
 from .monitor import Monitor, RetrievalRecord
 from .operations import current_experiment, entry_card, learner_tag, why_hyde
 from .rephrase import is_rephrase
@@ -229,7 +230,8 @@ class ServedTurn:
         found = distinct_entries(entries)
         if isinstance(output, GroundedAnswer):
             rank = headline_entry(output, entries, self.tutor.headline, self.margin())
-            return render_answer(output, entries, headline=rank), False, bool(found), rank if found else None
+            parts = reply_parts(output, entries, headline=rank, earlier=earlier_korean(conversation(self.history)))
+            return render_parts(parts), False, bool(found), rank if found else None
         text, replaced = ground_reply(html.unescape(str(output or "").strip()), entries)
         if not text:
             raise ValueError("the model returned an empty answer")
