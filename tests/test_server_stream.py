@@ -10,7 +10,6 @@ from pathlib import Path
 
 from starlette.testclient import TestClient
 
-from hyde_tutor.plugin.reply_stream import ReplyPacer, lead_text
 from hyde_tutor.server import create_app
 
 from .served_stub import stub_parts
@@ -42,6 +41,8 @@ def test_a_structured_answer_reaches_the_client_as_text_parts_head_first(tmp_pat
 
 
 def test_the_head_goes_out_when_the_search_is_sure_or_when_the_json_names_its_entry() -> None:
+    from hyde_tutor.plugin.reply_stream import ReplyPacer, lead_text
+
     sure = ReplyPacer([WANT, ALMOST], margin=0.4)
     head = sure.start()
     assert head == lead_text([WANT, ALMOST], 1) and "-고 싶다" in head
