@@ -7,6 +7,7 @@ shared machine it moves the figures more than anything measured.
     HYDE_DATA_DIR=.hyde hyde-tutor serve --port 8765 &
     python scripts/turn_timing.py served --url http://127.0.0.1:8765
     HYDE_DATA_DIR=.hyde python scripts/turn_timing.py cli
+    python scripts/turn_timing.py both --url http://127.0.0.1:8765 --cli-data-dir .hyde/cli   # turn by turn
 
 The questions: the README's first one, the two follow-ups of issue 36, then grammar_holdout questions, in one
 conversation (one chat id, one chat process).
@@ -74,8 +75,8 @@ class Served:
 class Cli:
     """`hyde-tutor chat` with the questions on standard input; each line of its output timed as it comes."""
 
-    def __init__(self) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    def __init__(self, data_dir: Path | None = None) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"HYDE_DATA_DIR": str(data_dir)} if data_dir else {})}
         self.proc = subprocess.Popen([sys.executable, "-m", "hyde_tutor.cli", "chat"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
 
@@ -131,11 +132,15 @@ def main() -> None:
     parser.add_argument("--url", default="http://127.0.0.1:8765")
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--cli-data-dir", type=Path,
+                        help="the chat's data dir when a server runs beside it: a copy of the server's collections "
+                             "(the embedded store opens in one process only; on the server's own dir every chat "
+                             "search fails and the chat answers without entries)")
     args = parser.parse_args()
     asked = questions(args.turns)
     paths = {"served": Served(args.url)} if args.path in ("served", "both") else {}
     if args.path in ("cli", "both"):
-        paths["cli"] = Cli()
+        paths["cli"] = Cli(args.cli_data_dir)
     rows: dict[str, list[dict[str, float | None]]] = {name: [] for name in paths}
     before = load()
     for i, text in enumerate(asked, 1):
