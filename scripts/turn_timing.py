@@ -112,7 +112,8 @@ class Cli:
 
 
 def _fmt(row: dict[str, float | None]) -> str:
-    return ", ".join(f"{k} {v:.1f} s" if isinstance(v, float) else f"{k} -" for k, v in row.items())
+    unit = {"failed": "", "load": ""}
+    return ", ".join(f"{k} {v:.1f}{unit.get(k, ' s')}" if isinstance(v, float) else f"{k} -" for k, v in row.items())
 
 
 def summary(rows: list[dict[str, float | None]]) -> dict[str, str]:
