@@ -21,7 +21,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--token", help="operator token: the page then shows the arm, why HyDE ran, the hypotheses")
-    parser.add_argument("--question", default="Как сказать «хочу поехать в Пусан»?")
+    parser.add_argument("--question", default="Как сказать, что я хочу поехать в Пусан?")  # the README's
     parser.add_argument("--out", type=Path, default=Path("docs/serving.png"))
     parser.add_argument("--wait-s", type=float, default=900)
     args = parser.parse_args()

@@ -48,7 +48,7 @@ def _reply(result: dict[str, Any]) -> list[str]:
     return ["Скажите так: ", "부산에 ", "가고 ", "싶어요", f" — это {pattern}", "."]
 
 
-ANSWER = {"entry": 1, "korean": "부산에 가고 싶어요.", "explanation": "Желание: основа глагола плюс -고 싶다."}
+ANSWER = {"entry": 1, "korean": "부산에 가고 싶어요.", "russian": "Я хочу поехать в Пусан."}
 
 
 def stub_model(token_s: float = 0.0, fail: bool = False, structured: bool = False) -> FunctionModel:
@@ -90,10 +90,35 @@ def stub_model(token_s: float = 0.0, fail: bool = False, structured: bool = Fals
     return FunctionModel(call, stream_function=stream)
 
 
+STRUCTURED_ANSWER = {"entry": 1, "korean": "부산에 갈 수 있어요.", "russian": 'Я могу поехать в &#34;Пусан&#34;.'}
+"""The structured stub's answer (on the test corpus's top entry, -(으)ㄹ 수 있다): its translation writes quotes as
+HTML entities (the embedded model has)."""
+
+
+def structured_model(token_s: float = 0.0, answer: dict[str, Any] | None = None) -> FunctionModel:
+    """A stub of the embedded model's structured answer (retrieve-first, no tools): its JSON, a few characters
+    at a time (``token_s`` apart: the head of the reply must reach the page before the JSON is complete)."""
+    text = json.dumps(answer or STRUCTURED_ANSWER, ensure_ascii=False)
+
+    def call(messages: list[Any], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart(text)])
+
+    async def stream(messages: list[Any], info: AgentInfo):  # type: ignore[no-untyped-def]
+        for i in range(0, len(text), 4):
+            if token_s:
+                await asyncio.sleep(token_s)
+            yield text[i:i + 4]
+
+    return FunctionModel(call, stream_function=stream)
+
+
 def stub_parts(root: Path, settings: Settings, *, token_s: float = 0.0, fail: bool = False, extra_docs=(),
-               database_url: str | None = None, mode: str = "tools"):  # type: ignore[no-untyped-def]
+               database_url: str | None = None, mode: str = "tools",
+               structured: bool = False):  # type: ignore[no-untyped-def]
     """Server parts over the four test documents (hash embedder, simulated HyDE) and a stub model (``mode``:
-    ``tools``, or ``retrieve-first`` with a structured answer as the embedded model gives)."""
+    ``tools``, or ``retrieve-first`` with a structured answer as the embedded model gives, in one piece per
+    request; ``structured``: the embedded model's shape streamed a few characters at a time, its translation
+    with HTML entities, :func:`structured_model`)."""
     from hyde_tutor.plugin.chat import build_tutor_agent
     from hyde_tutor.plugin.experiment import experiment_from_settings
     from hyde_tutor.plugin.served import ServedTutor
@@ -113,9 +138,9 @@ def stub_parts(root: Path, settings: Settings, *, token_s: float = 0.0, fail: bo
     if extra_docs:
         ingest_documents(list(extra_docs), IngestRequest(collection="grammar", progress=False), retriever.retriever.store, embedder, bm25)
     database = open_database(database_url or settings)
-    first = mode == "retrieve-first"
-    agent = build_tutor_agent(stub_model(token_s, fail, structured=first), mode="retrieve-first", grounded=True) \
-        if first else build_tutor_agent(stub_model(token_s, fail))
+    first = structured or mode == "retrieve-first"
+    model = structured_model(token_s) if structured else stub_model(token_s, fail, structured=first)
+    agent = build_tutor_agent(model, mode="retrieve-first", grounded=True) if first else build_tutor_agent(model)
     tutor = ServedTutor(agent, retriever, SqlEventLog(database), experiment_from_settings(settings),
                         retrieve_first=first)
     identity = LearnerIdentity(server_secret(None, settings.data_dir),

@@ -31,10 +31,12 @@ from ..errors import HydeTutorError
 from .deps import TutorDeps
 from .events import EventLog, TurnRecord
 from .experiment import Experiment, arm_uses_hyde
-from .grounding import GroundedAnswer, ground_reply, names_an_entry, render_answer
+from .grounding import (GroundedAnswer, HeadlineRule, earlier_korean, ground_reply, headline_entry, names_an_entry,
+                        render_parts, reply_parts)
 from .monitor import Monitor, RetrievalRecord
 from .operations import current_experiment, entry_card, learner_tag, why_hyde
 from .rephrase import is_rephrase
+from .reply_stream import ReplyPacer
 from .toolset import compact_result
 from .tutor import conversation, retrieve_step
 
@@ -90,6 +92,8 @@ class ServedTutor:
     count_tokens: Callable[[str], int] = estimate_tokens
     record_failures: int = 0
     """Turns the event log failed to store (logged; the learner got the reply; ``/healthz`` shows the count)."""
+    headline: HeadlineRule = "unsure"
+    """Which found entry heads a structured reply (the rule ``hyde-tutor chat`` uses)."""
     background: set[asyncio.Task[Any]] = field(default_factory=set, repr=False)
 
     @property
@@ -166,6 +170,17 @@ class ServedTurn:
         self.shown = len(self.deps.found)
         return [entry_card(e) for e in distinct_entries(self.deps.found)]
 
+    def margin(self) -> float | None:
+        """How sure the search was of its top entry (None: not known)."""
+        return self.deps.margins.get(str(self.deps.found[0].get("id"))) if self.deps.found else None
+
+    def pacer(self) -> ReplyPacer:
+        """What of this turn's reply may be shown before it is complete (a structured answer: its head once the
+        entry is decided; a text reply: as it streams)."""
+        if not self.tutor.structured:
+            return ReplyPacer([], None)
+        return ReplyPacer(self.deps.found, self.margin(), self.tutor.headline)
+
     def text_arrived(self) -> None:
         """The model's first token arrived (time to first token)."""
         if self.first_token is None:
@@ -232,8 +247,9 @@ class ServedTurn:
     def _reply(self, output: Any, entries: list[dict[str, Any]]) -> tuple[str, bool, bool | None, int | None]:
         found = distinct_entries(entries)
         if isinstance(output, GroundedAnswer):
-            rank = output.entry if 1 <= output.entry <= len(found) else 1
-            return render_answer(output, entries), False, bool(found), rank if found else None
+            rank = headline_entry(output, entries, self.tutor.headline, self.margin())
+            parts = reply_parts(output, entries, headline=rank, earlier=earlier_korean(conversation(self.history)))
+            return render_parts(parts), False, bool(found), rank if found else None
         text, replaced = ground_reply(html.unescape(str(output or "").strip()), entries)
         if not text:
             raise ValueError("the model returned an empty answer")

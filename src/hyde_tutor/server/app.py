@@ -36,6 +36,7 @@ from ..plugin.operations import change_experiment, experiment_status, learner_ta
 from ..plugin.served import ServedTutor
 from . import bodies
 from .chat import turn_stream
+from .history import shown_messages
 from .learners import COOKIE, BadIdentity, LearnerIdentity, RateLimiter
 from .limits import BodyTooLarge, Proxies, read_body
 
@@ -174,6 +175,18 @@ def create_app(parts: ServerParts) -> Starlette:
 
         return adapter.streaming_response(counted())
 
+    async def messages(request: Request) -> Response:
+        """The learner's own stored conversation (a reloaded page shows it): by the cookie, never another's."""
+        try:
+            learner, cookie = learner_of(request)
+        except BadIdentity as exc:
+            return _error(403, str(exc))
+        chat_id = request.path_params["chat_id"]
+        if cookie is not None or not _CHAT_ID.fullmatch(chat_id):  # a new learner has no conversation yet
+            return with_cookie(JSONResponse({"messages": []}), cookie)
+        shown = await shown_messages(parts.store, f"{learner_tag(learner)}-{chat_id}", learner)
+        return JSONResponse({"messages": shown})
+
     async def rating(request: Request) -> Response:
         from ..plugin.events import RatingEvent
 
@@ -230,7 +243,7 @@ def create_app(parts: ServerParts) -> Starlette:
     hosts = list(dict.fromkeys([*server.allowed_hosts, server.host]))
     routes = [
         Route("/", page), Route("/healthz", health), Route("/api/chat", chat, methods=["POST"]),
-        Route("/api/rating", rating, methods=["POST"]),
+        Route("/api/chat/{chat_id}/messages", messages), Route("/api/rating", rating, methods=["POST"]),
         Route("/api/operator/status", status), Route("/api/operator/experiment", experiment, methods=["POST"]),
         Route("/api/operator/report", report),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),

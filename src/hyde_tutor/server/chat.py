@@ -1,10 +1,14 @@
 """The chat endpoint's stream: the agent run through pydantic-ai's Vercel AI adapter, with the served turn's
 cards and final reply as data parts (the turn's logic is :mod:`hyde_tutor.plugin.served`'s).
 
-What reaches the learner: the reply's text as it streams (not a structured answer's raw JSON), a
-``data-entries`` part as soon as a search has found entries (cards: pattern, Russian name, examples), and a
-``data-reply`` part at the end (the turn id to rate, and the reply the learner keeps: grounded in the
-entries, or the entries and one line when the model failed). Tool calls and raw tool results are not
+What reaches the learner: a ``data-entries`` part as soon as a search has found entries (cards: pattern,
+Russian name, examples); the reply as standard ``text-start``/``text-delta``/``text-end`` parts on every
+backend (a stock Vercel AI ``useChat`` client shows it); and a ``data-reply`` part at the end (the turn id to
+rate, and the reply the learner keeps: grounded in the entries, or the entries and one line when the model
+failed). A text reply streams as the model writes it; a structured answer's raw JSON is never sent: its head
+(the chosen entry) goes out as soon as the entry is decided, right after the search when the search is sure
+(:class:`~hyde_tutor.plugin.reply_stream.ReplyPacer`), and the rest when the reply is complete. The text parts
+always add up to the reply kept (a reply replaced after it streamed follows as a text part of its own). Tool calls and raw tool results are not
 sent (the hypotheses and the arm are the operator's: an operator's request gets them in ``operator``).
 A model error's text never reaches the page; its type goes into the turn record and the log.
 """
@@ -12,7 +16,8 @@ A model error's text never reaches the page; its type goes into the turn record 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter
@@ -21,11 +26,34 @@ from pydantic_ai.ui.vercel_ai.response_types import (AbortChunk, BaseChunk, Data
                                                      TextStartChunk)
 from pydantic_ai.usage import UsageLimits
 
+from ..plugin.reply_stream import ReplyPacer
 from ..plugin.served import ServedTurn
+from .history import keep_as_shown
 
 __all__ = ("turn_stream",)
 
 _TEXT = (TextStartChunk, TextDeltaChunk, TextEndChunk)
+
+
+class _ReplyText:
+    """The reply's own text part (a structured answer's, or a replacement): opened on its first words."""
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.closed = False
+
+    def say(self, text: str) -> Iterator[BaseChunk]:
+        if not text or self.closed:
+            return
+        if self.id is None:
+            self.id = f"reply-{uuid.uuid4().hex[:12]}"
+            yield TextStartChunk(id=self.id)
+        yield TextDeltaChunk(id=self.id, delta=text)
+
+    def end(self) -> Iterator[BaseChunk]:
+        if self.id is not None and not self.closed:
+            self.closed = True
+            yield TextEndChunk(id=self.id)
 
 
 async def turn_stream(adapter: VercelAIAdapter[Any, Any], turn: ServedTurn, *, operator: bool, max_requests: int,
@@ -70,24 +98,34 @@ async def turn_stream(adapter: VercelAIAdapter[Any, Any], turn: ServedTurn, *, o
             data["operator"] = turn.operator_view()
         return DataChunk(type="data-entries", data=data)
 
-    async def reply_chunk() -> DataChunk:
+    async def reply_chunks() -> AsyncIterator[BaseChunk]:
         data = await asyncio.shield(end(abandoned=False))
+        for out in (*reply.say(pacer.finish(data["text"])), *reply.end()):
+            yield out
+        if not data["failed"] and (turn.tutor.structured or data.get("replaced")) and adapter.conversation_store:
+            await keep_as_shown(adapter.conversation_store, turn.conversation_id, adapter.conversation_scope or "",
+                                data["text"])
         if operator:
             data["operator"] = turn.operator_view(results[0] if results and not errors else None)
-        return DataChunk(type="data-reply", data=data)
+        yield DataChunk(type="data-reply", data=data)
 
     try:
         cards = await turn.prefetch()
+        pacer, reply = turn.pacer(), _ReplyText()
         finished = False
         async for chunk in adapter.transform_stream(native(), on_complete=on_complete):
             new = turn.new_cards()  # a search just ended (its tool result is this chunk): the cards go out now
             if new:
                 yield entries_chunk(new)
             if isinstance(chunk, _TEXT):
-                if isinstance(chunk, TextDeltaChunk) and chunk.delta:
+                delta = chunk.delta if isinstance(chunk, TextDeltaChunk) else ""
+                if delta:
                     turn.text_arrived()
-                if turn.tutor.structured:
-                    continue  # a structured answer's JSON: the learner gets the rendered reply in data-reply
+                if turn.tutor.structured:  # the JSON is not shown: the reply's head, once its entry is decided
+                    for out in reply.say(pacer.feed(delta)):
+                        yield out
+                    continue
+                pacer.streamed(delta)
             elif isinstance(chunk, ErrorChunk):
                 if not errors:
                     errors.append("ModelError: the run ended in an error event")
@@ -97,14 +135,19 @@ async def turn_stream(adapter: VercelAIAdapter[Any, Any], turn: ServedTurn, *, o
                 continue
             elif isinstance(chunk, (FinishChunk, DoneChunk)) and not finished:
                 finished = True
-                yield await reply_chunk()
+                async for out in reply_chunks():
+                    yield out
             elif str(getattr(chunk, "type", "")).startswith("tool-"):
                 continue
             yield chunk
-            if isinstance(chunk, StartChunk) and cards:
-                yield entries_chunk(cards)
+            if isinstance(chunk, StartChunk):
+                if cards:
+                    yield entries_chunk(cards)
+                for out in reply.say(pacer.start()):  # the search is sure of its entry: its head goes out now
+                    yield out
         if not finished:
-            yield await reply_chunk()
+            async for out in reply_chunks():
+                yield out
     except Exception as exc:  # a broken stream (not the learner leaving): the turn failed
         if not ending:
             errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")

@@ -12,7 +12,13 @@ function el(tag, cls, text) {
 }
 function plain(text) { return String(text).replace(/\*\*/g, ""); }
 
-const chatId = newId();
+// The chat id outlives a reload (the stored conversation is shown again); "Новый разговор" starts another.
+const CHAT_KEY = "hydeChatId";
+let chatId = localStorage.getItem(CHAT_KEY);
+if (!chatId || !/^[A-Za-z0-9_-]{1,64}$/.test(chatId)) {
+  chatId = newId();
+  localStorage.setItem(CHAT_KEY, chatId);
+}
 const operatorMatch = location.hash.match(/operator=([^&]+)/);
 if (operatorMatch) {
   sessionStorage.setItem("hydeOperator", decodeURIComponent(operatorMatch[1]));
@@ -45,9 +51,31 @@ function showOperator(box, view) {
   box.hidden = false;
 }
 
+// A thumb drawn inline (no emoji font needed: a browser without one showed a box).
+function thumb(down) {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", "0 0 16 16");
+  svg.setAttribute("width", "16");
+  svg.setAttribute("height", "16");
+  svg.setAttribute("aria-hidden", "true");
+  svg.setAttribute("class", down ? "icon down" : "icon");
+  const path = document.createElementNS(ns, "path");
+  path.setAttribute("d", "M2 7h3v8H2zM6 7l3-6c1.2 0 2 .8 2 2v3h3.2c.9 0 1.5.8 1.3 1.7l-1.2 5.6c-.2.9-.9 1.7-1.8 1.7H6z");
+  path.setAttribute("fill", "currentColor");
+  svg.append(path);
+  return svg;
+}
+
+function rateButton(cls, label, down) {
+  const button = el("button", cls);
+  button.append(thumb(down), document.createTextNode(" " + label));
+  return button;
+}
+
 function ratingBar(turnId) {
   const bar = el("div", "rate");
-  const up = el("button", "rate-up", "👍 Помогло"), down = el("button", "rate-down", "👎 Не помогло");
+  const up = rateButton("rate-up", "Помогло", false), down = rateButton("rate-down", "Не помогло", true);
   up.type = down.type = "button";
   up.title = "Полезный ответ"; down.title = "Ответ не помог";
   const reason = el("input", "reason");
@@ -71,6 +99,22 @@ function ratingBar(turnId) {
   down.addEventListener("click", () => rate(-1, down));
   bar.append(up, down, reason, done);
   return bar;
+}
+
+// The conversation stored for this chat (the learner's own, by the cookie), shown again after a reload.
+async function restore() {
+  const response = await fetch("/api/chat/" + encodeURIComponent(chatId) + "/messages");
+  if (!response.ok) return;
+  const log = document.getElementById("log");
+  for (const m of (await response.json()).messages || []) {
+    if (m.role === "learner") log.append(el("div", "msg learner", m.text));
+    else {
+      const msg = el("div", "msg tutor");
+      msg.append(el("div", "reply", plain(m.text)));
+      log.append(msg);
+    }
+  }
+  if (log.lastElementChild) log.lastElementChild.scrollIntoView({ block: "end" });
 }
 
 async function ask(text) {
@@ -127,6 +171,12 @@ async function ask(text) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  restore().catch(() => {});
+  document.getElementById("new-chat").addEventListener("click", () => {
+    chatId = newId();
+    localStorage.setItem(CHAT_KEY, chatId);
+    document.getElementById("log").replaceChildren();
+  });
   const form = document.getElementById("ask");
   const input = document.getElementById("question");
   const send = document.getElementById("send");

@@ -1,0 +1,56 @@
+"""A learner's stored conversation as the page shows it: the reply kept as the learner read it, and the messages
+a reloaded page puts back.
+
+The agent run stores the model's own last message; for a structured answer (the embedded model) that is its
+JSON, and for a replaced reply the text that was not shown. :func:`keep_as_shown` puts the reply the learner
+read in its place (the old one stays stored on a branch), the way ``hyde-tutor chat`` keeps its history: the
+next turn's model request then carries the same earlier exchange on both paths, and a reload shows the reply
+that was read. :func:`shown_messages` reads the conversation back for the page, only under the learner's own
+scope.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from pydantic_ai.conversation_store import ConversationStore
+from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+
+__all__ = ("keep_as_shown", "shown_messages")
+
+_log = logging.getLogger("hyde_tutor.server")
+
+
+async def keep_as_shown(store: ConversationStore, conversation_id: str, scope: str, text: str) -> bool:
+    """Replace the stored conversation's last reply with ``text`` (what the learner read). False, logged, when
+    it could not (no such conversation, its last message is not a reply, a concurrent save): the turn itself
+    is not touched."""
+    try:
+        loaded = await store.load(conversation_id, scope=scope)
+        if loaded is None or not loaded.messages or not isinstance(loaded.messages[-1], ModelResponse):
+            return False
+        loaded.messages[-1] = dataclasses.replace(loaded.messages[-1], parts=[TextPart(content=text)])
+        await store.save(loaded, scope=scope)
+        return True
+    except Exception as exc:  # noqa: BLE001 - the reply was shown; only the stored copy keeps the model's text
+        _log.warning("could not keep the shown reply of a conversation: %s", type(exc).__name__)
+        return False
+
+
+async def shown_messages(store: ConversationStore, conversation_id: str, scope: str) -> list[dict[str, Any]]:
+    """The learner's messages and the tutor's text replies of a stored conversation, oldest first, as
+    ``{"role": "learner"|"tutor", "text": ...}``; empty when the store has no such conversation under
+    ``scope`` (another learner's conversation reads as none)."""
+    loaded = await store.load(conversation_id, scope=scope)
+    out: list[dict[str, Any]] = []
+    for message in loaded.messages if loaded is not None else ():
+        if isinstance(message, ModelRequest):
+            out += [{"role": "learner", "text": p.content} for p in message.parts
+                    if isinstance(p, UserPromptPart) and isinstance(p.content, str)]
+        elif isinstance(message, ModelResponse) and not any(isinstance(p, ToolCallPart) for p in message.parts):
+            text = "".join(p.content for p in message.parts if isinstance(p, TextPart)).strip()
+            if text and not text.startswith("{"):  # a structured answer's JSON, if it was not replaced: not shown
+                out.append({"role": "tutor", "text": text})
+    return out
