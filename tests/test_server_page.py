@@ -21,8 +21,12 @@ QUESTION = "Как сказать «хочу»: 가고 싶어요"
 
 
 @pytest.fixture()
-def structured_server(tmp_path: Path) -> Iterator[str]:
+def structured_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     import uvicorn
+
+    # the stub's hash embedder cannot judge meaning: the meaning check (real USE, tests/test_reply_checks.py)
+    # is replaced by one that agrees, so the model's sentence reaches the page and its escaping can be seen
+    monkeypatch.setattr("hyde_tutor.plugin.served.meaning_check_of", lambda *args: (lambda korean, russian: True))
 
     port = _free_port()
     settings = Settings(data_dir=tmp_path / "data", server={"port": port})

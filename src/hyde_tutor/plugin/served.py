@@ -31,6 +31,7 @@ from ..errors import HydeTutorError
 from .deps import TutorDeps
 from .events import EventLog, TurnRecord
 from .experiment import Experiment, arm_uses_hyde
+from .checks import meaning_check_of
 from .grounding import (GroundedAnswer, HeadlineRule, earlier_korean, ground_reply, headline_entry, names_an_entry,
                         render_parts, reply_parts)
 from .monitor import Monitor, RetrievalRecord
@@ -214,7 +215,7 @@ class ServedTurn:
         usage = live - self.prior_usage if live is not None else None
         if result is not None:
             try:
-                text, replaced, grounded, rank = self._reply(result.output, entries)
+                text, replaced, grounded, rank = await asyncio.to_thread(self._reply, result.output, entries)
                 usage = result.usage - self.prior_usage  # this turn's requests and tokens only
             except ValueError as exc:
                 result, error = None, f"ValueError: {exc}"
@@ -248,7 +249,8 @@ class ServedTurn:
         found = distinct_entries(entries)
         if isinstance(output, GroundedAnswer):
             rank = headline_entry(output, entries, self.tutor.headline, self.margin())
-            parts = reply_parts(output, entries, headline=rank, earlier=earlier_korean(conversation(self.history)))
+            parts = reply_parts(output, entries, headline=rank, earlier=earlier_korean(conversation(self.history)),
+                                agrees=meaning_check_of(self.deps.retriever, self.question, conversation(self.history)))
             return render_parts(parts), False, bool(found), rank if found else None
         text, replaced = ground_reply(html.unescape(str(output or "").strip()), entries)
         if not text:

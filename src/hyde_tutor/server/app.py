@@ -178,12 +178,12 @@ def create_app(parts: ServerParts) -> Starlette:
     async def messages(request: Request) -> Response:
         """The learner's own stored conversation (a reloaded page shows it): by the cookie, never another's."""
         try:
-            learner, cookie = learner_of(request)
+            learner = learner_of(request)
         except BadIdentity as exc:
             return _error(403, str(exc))
         chat_id = request.path_params["chat_id"]
-        if cookie is not None or not _CHAT_ID.fullmatch(chat_id):  # a new learner has no conversation yet
-            return with_cookie(JSONResponse({"messages": []}), cookie)
+        if learner is None or not bodies.CHAT_ID.fullmatch(chat_id):  # no learner yet: no conversation
+            return JSONResponse({"messages": []})
         shown = await shown_messages(parts.store, f"{learner_tag(learner)}-{chat_id}", learner)
         return JSONResponse({"messages": shown})
 
