@@ -16,7 +16,7 @@ from ..plugin.events import TurnRecord
 from .sequential import (ALPHA, METHOD_NAME, MIN_LEARNERS, PLANNED_LEARNERS, REFERENCES, SequentialDifference,
                          mixture_precision, sequential_means, sequential_proportions, verdict)
 
-__all__ = ("always_valid_readout", "decision_text", "LOWER_IS_BETTER", "PRIMARY")
+__all__ = ("always_valid_readout", "decision_text", "learner_counts", "LOWER_IS_BETTER", "PRIMARY")
 
 PRIMARY = "thumbs_up"
 LOWER_IS_BETTER = frozenset({"rephrase", "failed"})
@@ -26,7 +26,9 @@ READ_WHILE_RUNNING = ("read the always-valid interval while the experiment runs 
                       "learners needed below)")
 
 
-def _counts(turns: Sequence[TurnRecord], value: Callable[[TurnRecord], bool | None]) -> tuple[list[int], list[int]]:
+def learner_counts(turns: Sequence[TurnRecord],
+                   value: Callable[[TurnRecord], bool | None]) -> tuple[list[int], list[int]]:
+    """Per learner (in order of first turn): successes and turns in the denominator (``value`` None: left out)."""
     hits: dict[str, int] = Counter()
     trials: dict[str, int] = Counter()
     for t in turns:
@@ -77,7 +79,7 @@ def always_valid_readout(treatment: Sequence[TurnRecord], control: Sequence[Turn
     """
     diffs: dict[str, SequentialDifference | None] = {}
     for name, (fn, _) in proportions.items():
-        (sa, ta), (sb, tb) = _counts(treatment, fn), _counts(control, fn)
+        (sa, ta), (sb, tb) = learner_counts(treatment, fn), learner_counts(control, fn)
         diffs[name] = sequential_proportions(sa, ta, sb, tb, alpha=alpha, planned=planned)
     diffs["judged_relevance"] = sequential_means(_scores(treatment), _scores(control), alpha=alpha, planned=planned)
     learners = len({t.subject for t in treatment}) + len({t.subject for t in control})

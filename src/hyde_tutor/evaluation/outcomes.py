@@ -24,7 +24,7 @@ from ..plugin.experiment import Experiment
 from ..plugin.monitor import RetrievalRecord
 from .abstats import (SRM_ALPHA, Estimate, clustered_mean, clustered_proportion, mean_difference,
                       newcombe_difference, required_total, srm_check)
-from .always_valid import always_valid_readout
+from .always_valid import always_valid_readout, learner_counts
 from .sequential import METHOD_NAME, PLANNED_LEARNERS, REFERENCES
 from .treatment import CONTROL, TREATMENT, hyde_searches, received_treatment
 
@@ -131,15 +131,7 @@ def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
 
 
 def _proportion(turns: Sequence[TurnRecord], value: Callable[[TurnRecord], bool | None]) -> Estimate:
-    hits: dict[str, int] = Counter()
-    trials: dict[str, int] = Counter()
-    for t in turns:
-        v = value(t)
-        if v is not None:
-            trials[t.subject] += 1
-            hits[t.subject] += bool(v)
-    learners = list(trials)
-    return clustered_proportion([hits[s] for s in learners], [trials[s] for s in learners])
+    return clustered_proportion(*learner_counts(turns, value))
 
 
 def _judged(turns: Sequence[TurnRecord]) -> tuple[Estimate, float | None]:
