@@ -59,7 +59,7 @@ def main() -> None:
             agent = Agent(llm.model, deps_type=TutorDeps, instructions=tutor_instructions(),
                           toolsets=[HydeSearchToolset()], model_settings=llm.extra_settings or None)  # type: ignore[arg-type]
         else:
-            from hyde_tutor.plugin.chat import build_tutor_agent
+            from hyde_tutor.tutor.chat import build_tutor_agent
 
             agent = build_tutor_agent(llm, mode=args.mode)
         for q in questions(args.n):
@@ -72,7 +72,7 @@ def main() -> None:
                     tools = [p.tool_name for m in result.new_messages() for p in getattr(m, "parts", [])
                              if isinstance(p, ToolCallPart)]
                 else:
-                    from hyde_tutor.plugin.chat import answer_turn
+                    from hyde_tutor.tutor.chat import answer_turn
 
                     turn = answer_turn(agent, deps, q, [])
                     text, error, tools = turn.text, turn.model_error, list(turn.tool_calls)

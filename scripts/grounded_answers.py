@@ -29,8 +29,8 @@ from hyde_tutor.corpus.rendering import distinct_entries
 from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.llm.backends import make_llm
-from hyde_tutor.plugin.chat import answer_turn, build_tutor_agent
-from hyde_tutor.plugin.grounding import HANGUL, names_an_entry
+from hyde_tutor.tutor.chat import answer_turn, build_tutor_agent
+from hyde_tutor.tutor.grounding import HANGUL, names_an_entry
 from hyde_tutor.plugin.monitor import Monitor
 from hyde_tutor.plugin.toolset import TutorDeps
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from hyde_tutor.config import Settings
 from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.plugin.grounding import GroundedAnswer, headline_entry
+from hyde_tutor.tutor.grounding import GroundedAnswer, headline_entry
 
 EVAL = Path(__file__).resolve().parent.parent / "data" / "eval"
 

@@ -31,8 +31,8 @@ from hyde_tutor.config import Settings
 from hyde_tutor.corpus.rendering import distinct_entries
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.llm.backends import LLMBackend, make_llm
-from hyde_tutor.plugin import grounding
-from hyde_tutor.plugin.chat import answer_turn, build_tutor_agent
+from hyde_tutor.tutor import grounding
+from hyde_tutor.tutor.chat import answer_turn, build_tutor_agent
 from hyde_tutor.plugin.monitor import Monitor
 from hyde_tutor.plugin.toolset import TutorDeps
 
@@ -89,7 +89,7 @@ def main() -> None:
     if args.stand_in:
         from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
-        from hyde_tutor.plugin.context_fit import FitContext, chatml_tokens
+        from hyde_tutor.tutor.context_fit import FitContext, chatml_tokens
     old: list[Any] = []  # the conversation as the chat before issue 32 kept and sent it (stand-in only)
     agent = build_tutor_agent(llm, mode="retrieve-first", grounded=True,
                               fit=FitContext(n_ctx=settings.llm.n_ctx, answer_tokens=settings.llm.max_tokens + 48,

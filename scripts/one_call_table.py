@@ -130,7 +130,7 @@ def retrieve_first(runner: Runner, policy: Any, collection: str, queries: list[A
     hypothesis we cannot replay; ``unmeasured`` counts those turns.
     ``share``: :attr:`RetrieveFirst.share_hypothesis` and :attr:`RetrieveFirst.order`."""
     from hyde_tutor.plugin.deps import TutorDeps
-    from hyde_tutor.plugin.tutor import RetrieveFirst
+    from hyde_tutor.plugin.capabilities import RetrieveFirst
 
     from tune_policy import Outcome
 

@@ -15,7 +15,7 @@ rephrase with probability 0.5 after a top entry that is not relevant; the judge 
 Two runs per seed, the same learners and questions: (A/A) both arms on plain search (the raw column for
 everyone); (HyDE vs raw) the HyDE arm's turns from the HyDE column. Looks after every 25 learners (40 looks,
 1,000 learners); at each look the report's own statistics: the fixed interval (clustered Wilson + Newcombe,
-:mod:`hyde_tutor.evaluation.abstats`) and the always-valid one (:mod:`hyde_tutor.evaluation.sequential`).
+:mod:`hyde_tutor.experiment.abstats`) and the always-valid one (:mod:`hyde_tutor.experiment.sequential`).
 
     .venv/bin/python scripts/peeking_simulation.py --json docs/recorded/peeking.json
     .venv/bin/python scripts/peeking_simulation.py --table docs/recorded/peeking.json   # reuse the question table
@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from hyde_tutor.evaluation.abstats import clustered_mean, clustered_proportion, mean_difference, newcombe_difference
-from hyde_tutor.evaluation.sequential import PLANNED_LEARNERS, sequential_means, sequential_proportions
-from hyde_tutor.plugin.experiment import Experiment
+from hyde_tutor.experiment.abstats import clustered_mean, clustered_proportion, mean_difference, newcombe_difference
+from hyde_tutor.experiment.sequential import PLANNED_LEARNERS, sequential_means, sequential_proportions
+from hyde_tutor.experiment.assignment import Experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 LABEL = ("SIMULATION (simulated learners drawing questions whose outcome per treatment came from the real path "
@@ -53,7 +53,7 @@ def question_table(data_dir: Path) -> list[dict[str, Any]]:
     from simulate_experiment import build_retriever  # noqa: PLC0415  (the script's real retriever, ingested once)
 
     from hyde_tutor.evaluation.agent_replay import load_agent_turns
-    from hyde_tutor.evaluation.simulation import SimulationConfig, _judge_stand_in, load_questions, simulate
+    from hyde_tutor.experiment.simulation import SimulationConfig, _judge_stand_in, load_questions, simulate
 
     os.environ["HYDE_DATA_DIR"] = str(data_dir)
     turns = load_agent_turns(sorted((ROOT / "data" / "recordings" / "agent").glob("*.jsonl")))
@@ -149,8 +149,8 @@ def check_against_report(learners: list[dict[str, Any]], columns: dict[str, dict
     """The same learners as turns in an event log through ``outcome_report``: its fixed and always-valid 👍
     intervals must be the ones this script computes from the counts (else the simulation measures something
     other than the report)."""
-    from hyde_tutor.evaluation.outcomes import outcome_report
-    from hyde_tutor.plugin.events import ExperimentEvent, MemoryEventLog, RatingEvent, TurnRecord
+    from hyde_tutor.experiment.outcomes import outcome_report
+    from hyde_tutor.experiment.events import ExperimentEvent, MemoryEventLog, RatingEvent, TurnRecord
 
     log = MemoryEventLog()
     log.add_experiment_event(ExperimentEvent(change="start", experiment="peeking", hyde_share=0.5, enabled=True,

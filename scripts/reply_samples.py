@@ -29,8 +29,8 @@ from hyde_tutor.config import Settings  # noqa: E402
 from hyde_tutor.corpus.rendering import distinct_entries  # noqa: E402
 from hyde_tutor.hyde import HydeRetriever  # noqa: E402
 from hyde_tutor.llm.backends import make_llm  # noqa: E402
-from hyde_tutor.plugin.chat import answer_turn, build_tutor_agent  # noqa: E402
-from hyde_tutor.plugin.grounding import headline_entry  # noqa: E402
+from hyde_tutor.tutor.chat import answer_turn, build_tutor_agent  # noqa: E402
+from hyde_tutor.tutor.grounding import headline_entry  # noqa: E402
 from hyde_tutor.plugin.monitor import Monitor  # noqa: E402
 from hyde_tutor.plugin.toolset import TutorDeps  # noqa: E402
 

@@ -43,7 +43,7 @@ def stub_app():  # type: ignore[no-untyped-def]
     from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
     from pydantic_ai.models.function import DeltaToolCall, FunctionModel
 
-    from hyde_tutor.plugin.chat import build_tutor_agent
+    from hyde_tutor.tutor.chat import build_tutor_agent
     from hyde_tutor.server import app_from_settings
 
     token_s = float(os.environ.get("DRILL_TOKEN_S", "0.025"))
@@ -166,7 +166,7 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(120)
-    from hyde_tutor.plugin.sqlstore import open_event_log
+    from hyde_tutor.experiment.sqlstore import open_event_log
 
     log = open_event_log(f"sqlite:///{db}")
     stored = {t.turn_id for t in log.turns()}
@@ -193,7 +193,7 @@ def main() -> None:
 
 def abandoned(log, rows: list[dict]) -> None:  # type: ignore[no-untyped-def]
     """The turns the learners left: all recorded, marked, with their searches; the report's abandoned rate per arm."""
-    from hyde_tutor.evaluation.outcomes import outcome_report
+    from hyde_tutor.experiment.outcomes import outcome_report
 
     turns = log.turns()
     marked = [t for t in turns if t.abandoned]

@@ -4,7 +4,7 @@ Simulated learners (ids) ask the eval sets' questions (grammar, grammar_holdout,
 real tools path: a pydantic-ai agent with the real toolset, the real embedded store and USE embedder (the
 corpora ingested into a temporary HYDE_DATA_DIR), its model replaying the recorded tool calls of a capable
 agent (data/recordings/agent/); the real Experiment assigns each id an arm at a 50 % share. The reply is the
-search's top found entry; 👍 when it is relevant by the qrels (see hyde_tutor.evaluation.simulation).
+search's top found entry; 👍 when it is relevant by the qrels (see hyde_tutor.experiment.simulation).
 
 Three runs, each through outcome_report:
   (a) HyDE vs raw, as served (the HyDE arm searches with the hypothesis the agent wrote);
@@ -31,9 +31,9 @@ from typing import Any
 
 from hyde_tutor.config import Settings
 from hyde_tutor.corpus.ingest import IngestRequest, ingest_file
-from hyde_tutor.evaluation.abreport import format_outcome_report, outcome_report
+from hyde_tutor.experiment.abreport import format_outcome_report, outcome_report
 from hyde_tutor.evaluation.agent_replay import load_agent_turns
-from hyde_tutor.evaluation.simulation import SimulationConfig, drop_learners, known_effect, load_questions, simulate
+from hyde_tutor.experiment.simulation import SimulationConfig, drop_learners, known_effect, load_questions, simulate
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.llm.tokens import qwen_counter
 from hyde_tutor.retrieval.retriever import Retriever

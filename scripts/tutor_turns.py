@@ -37,12 +37,12 @@ from hyde_tutor.corpus.rendering import distinct_entries
 from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.llm.backends import make_llm
-from hyde_tutor.plugin.chat import answer_turn
-from hyde_tutor.plugin.context_fit import FitContext
-from hyde_tutor.plugin.grounding import GroundedAnswer, headline_entry, with_answer_cap
+from hyde_tutor.tutor.chat import answer_turn
+from hyde_tutor.tutor.context_fit import FitContext
+from hyde_tutor.tutor.grounding import GroundedAnswer, headline_entry, with_answer_cap
 from hyde_tutor.plugin.monitor import Monitor
 from hyde_tutor.plugin.toolset import TutorDeps
-from hyde_tutor.plugin.tutor import GROUNDED_ENTRY_CHARS, HydeTutor
+from hyde_tutor.plugin.capabilities import GROUNDED_ENTRY_CHARS, HydeTutor
 
 EVAL = Path(__file__).resolve().parent.parent / "data" / "eval"
 

@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from hyde_tutor import Bm25Encoder, EdgeStore, KoreanAwareAnalyzer, QdrantClientStore, Retriever, UseEmbedder
-from hyde_tutor.plugin.sqlstore import SqlDatabase
+from hyde_tutor.experiment.sqlstore import SqlDatabase
 from hyde_tutor.retrieval.embedders import l2_normalise
 
 from .pg_cluster import pg_cluster

@@ -53,7 +53,7 @@ ANSWER = {"entry": 1, "korean": "부산에 가고 싶어요.", "russian": "Я х
 
 def stub_model(token_s: float = 0.0, fail: bool = False, structured: bool = False) -> FunctionModel:
     """The stub: ``fail`` raises on the first request (a model that is down); ``structured``: a retrieve-first
-    model answering in one request with a :class:`~hyde_tutor.plugin.grounding.GroundedAnswer`'s JSON, streamed."""
+    model answering in one request with a :class:`~hyde_tutor.tutor.grounding.GroundedAnswer`'s JSON, streamed."""
 
     def call(messages: list[Any], info: AgentInfo) -> ModelResponse:
         if fail:
@@ -119,11 +119,11 @@ def stub_parts(root: Path, settings: Settings, *, token_s: float = 0.0, fail: bo
     ``tools``, or ``retrieve-first`` with a structured answer as the embedded model gives, in one piece per
     request; ``structured``: the embedded model's shape streamed a few characters at a time, its translation
     with HTML entities, :func:`structured_model`)."""
-    from hyde_tutor.plugin.chat import build_tutor_agent
-    from hyde_tutor.plugin.experiment import experiment_from_settings
-    from hyde_tutor.plugin.served import ServedTutor
-    from hyde_tutor.plugin.sqlconversations import SqlConversationStore
-    from hyde_tutor.plugin.sqlstore import SqlEventLog, open_database
+    from hyde_tutor.tutor.chat import build_tutor_agent
+    from hyde_tutor.experiment.assignment import experiment_from_settings
+    from hyde_tutor.tutor.served import ServedTutor
+    from hyde_tutor.experiment.sqlconversations import SqlConversationStore
+    from hyde_tutor.experiment.sqlstore import SqlEventLog, open_database
     from hyde_tutor.server import ServerParts
     from hyde_tutor.server.learners import LearnerIdentity, server_secret
 

@@ -110,7 +110,7 @@ def test_a_bad_dotenv_keeps_the_last_good_experiment_and_tool_calls_work(isolate
     import warnings
 
     from hyde_tutor import ReloadableExperiment
-    from hyde_tutor.plugin.experiment import ExperimentConfigWarning
+    from hyde_tutor.experiment.assignment import ExperimentConfigWarning
 
     env = isolated_env / ".env"
     env.write_text("HYDE_EXPERIMENT__ENABLED=true\nHYDE_EXPERIMENT__HYDE_SHARE=1.0\n")

@@ -10,16 +10,24 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "hyde_tutor"
 FOUNDATION = {"config", "errors", "telemetry"}
 # layer -> the layers it may import (the foundation is open to all). Kept in step with docs/ARCHITECTURE.md.
+# ``assignment`` is one module, experiment/assignment.py (arms and the per-learner split): it sits below the plugin,
+# which asks it for a learner's arm; the rest of experiment/ sits above the plugin and reads what the plugin records.
+_SEARCH = {"retrieval", "corpus", "llm", "hyde"}
 ALLOWED: dict[str, set[str]] = {
     "retrieval": set(),
     "llm": set(),
     "corpus": {"retrieval"},
     "hyde": {"retrieval", "corpus", "llm"},
-    "plugin": {"retrieval", "corpus", "llm", "hyde"},
-    "evaluation": {"retrieval", "corpus", "llm", "hyde", "plugin"},
-    "server": {"retrieval", "corpus", "llm", "hyde", "plugin", "evaluation"},
-    "cli": {"retrieval", "corpus", "llm", "hyde", "plugin", "evaluation", "server"},
+    "assignment": set(),
+    "plugin": _SEARCH | {"assignment"},
+    "evaluation": _SEARCH | {"assignment", "plugin"},
+    "experiment": _SEARCH | {"assignment", "plugin", "evaluation"},
+    "tutor": _SEARCH | {"assignment", "plugin", "experiment"},
+    "server": _SEARCH | {"assignment", "plugin", "evaluation", "experiment", "tutor"},
+    "cli": _SEARCH | {"assignment", "plugin", "evaluation", "experiment", "tutor", "server"},
 }
+FOLDERS = set(ALLOWED) - {"assignment"}
+ASSIGNMENT = ("experiment", "assignment")
 MAX_MODULE_LINES = 350
 
 
@@ -29,26 +37,35 @@ def _modules() -> list[Path]:
 
 def _layer(path: Path) -> str:
     rel = path.relative_to(PACKAGE)
+    if rel.with_suffix("").parts == ASSIGNMENT:
+        return "assignment"
     return rel.parts[0] if len(rel.parts) > 1 else rel.stem
 
 
-def _imported_layers(path: Path) -> set[str]:
-    """The top-level parts of hyde_tutor that ``path`` imports (relative and absolute imports)."""
+def _layer_of(target: list[str]) -> str:
+    return "assignment" if tuple(target[:2]) == ASSIGNMENT else target[0]
+
+
+def _imported_layers(path: Path, source: str | None = None) -> set[str]:
+    """The layers of hyde_tutor that ``path`` imports (relative and absolute imports); ``source`` stands in for
+    the file's text."""
     package = list(path.relative_to(PACKAGE).parts[:-1])
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8") if source is None else source)):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - (node.level - 1)]
                 target = [*base, *(node.module.split(".") if node.module else [])]
                 if not target:  # ``from . import x`` at the top: x is the layer
                     found.update(alias.name for alias in node.names)
+                elif len(target) == 1:  # ``from ..experiment import x``: x is the module
+                    found.update(_layer_of([*target, alias.name]) for alias in node.names)
                 else:
-                    found.add(target[0])
+                    found.add(_layer_of(target))
             elif node.module and node.module.startswith("hyde_tutor."):
-                found.add(node.module.split(".")[1])
+                found.add(_layer_of(node.module.split(".")[1:]))
         elif isinstance(node, ast.Import):
-            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("hyde_tutor."))
+            found.update(_layer_of(a.name.split(".")[1:]) for a in node.names if a.name.startswith("hyde_tutor."))
     return found
 
 
@@ -56,7 +73,47 @@ def test_the_top_level_holds_only_the_foundation_and_the_layers() -> None:
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     top = ({p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}) | (folders & FOUNDATION)  # config is a package
     assert top == FOUNDATION
-    assert folders - FOUNDATION == set(ALLOWED)
+    assert folders - FOUNDATION == FOLDERS
+
+
+PLUGIN_MODULES = sorted((PACKAGE / "plugin").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", PLUGIN_MODULES, ids=lambda p: p.name)
+def test_the_plugin_reaches_neither_the_experiment_record_nor_the_tutor_nor_the_server(path: Path) -> None:
+    """An agent that adds the toolset must not load the event log's SQL store, the A/B statistics, the example
+    tutor or the web server: of experiment/, the plugin may import the learner's arm (assignment) only."""
+    forbidden = {"experiment", "tutor", "server", "evaluation", "cli"}
+    reached = _imported_layers(path) & forbidden
+    assert not reached, f"plugin/{path.name} imports {sorted(reached)}"
+
+
+def test_the_layer_check_sees_an_import_of_the_experiment_store_from_the_plugin() -> None:
+    """The check above can fail: an import of the SQL store or the statistics is seen, assignment's is allowed."""
+    module = PACKAGE / "plugin" / "toolset.py"
+    for line, seen in (("from ..experiment.sqlstore import SqlEventLog", {"experiment"}),
+                       ("from ..experiment import abstats", {"experiment"}),
+                       ("from hyde_tutor.server.app import create_app", {"server"}),
+                       ("from ..experiment.assignment import decide", {"assignment"})):
+        assert _imported_layers(module, source=line) == seen, line
+
+
+def test_an_old_module_path_still_imports_the_moved_module_with_a_warning_naming_the_new_one() -> None:
+    import importlib
+    import sys
+
+    import hyde_tutor
+    from hyde_tutor.experiment import events
+
+    for old, new in hyde_tutor.MOVED_MODULES.items():
+        assert (PACKAGE.joinpath(*new.split(".")).with_suffix(".py")).exists(), new
+        assert not (PACKAGE.joinpath(*old.split(".")).with_suffix(".py")).exists(), old
+    sys.modules.pop("hyde_tutor.plugin.events", None)
+    with pytest.warns(DeprecationWarning, match=r"hyde_tutor\.plugin\.events moved to hyde_tutor\.experiment\.events"):
+        old = importlib.import_module("hyde_tutor.plugin.events")
+    assert old.EventLog is events.EventLog
+    with pytest.raises(ImportError):
+        importlib.import_module("hyde_tutor.plugin.no_such_module")
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))

@@ -103,7 +103,7 @@ def _retrieve_first_turn(retriever, docs, hyde: bool = True) -> tuple[list[str],
 
 
 async def test_retrieve_first_makes_one_call_a_turn_and_can_make_one_per_collection(retriever) -> None:
-    from hyde_tutor.plugin.tutor import RetrieveFirst
+    from hyde_tutor.plugin.capabilities import RetrieveFirst
 
     from .test_store import DOCS
 
@@ -123,7 +123,7 @@ LESSON_DOCS = [Document("d-plan", "расписание занятий кажд�
 
 
 async def test_the_collection_nearest_the_message_writes_the_turns_hypothesis(retriever) -> None:
-    from hyde_tutor.plugin.tutor import RetrieveFirst
+    from hyde_tutor.plugin.capabilities import RetrieveFirst
 
     question = "расписание занятий каждый день"  # near a docs entry, far from every grammar entry
     calls, records, deps = _retrieve_first_turn(retriever, LESSON_DOCS)
@@ -141,8 +141,8 @@ async def test_a_failed_or_slow_closeness_probe_never_fails_the_turn(retriever, 
     import asyncio
     import time
 
-    from hyde_tutor.plugin import tutor
-    from hyde_tutor.plugin.tutor import RetrieveFirst
+    from hyde_tutor.plugin import capabilities as tutor
+    from hyde_tutor.plugin.capabilities import RetrieveFirst
 
     question = "желание хотеть"  # nearest to grammar when every probe works
     real = tutor._nearest
@@ -171,8 +171,8 @@ async def test_a_failed_or_slow_closeness_probe_never_fails_the_turn(retriever, 
 
 
 async def test_no_probe_when_the_turn_will_not_generate(retriever, monkeypatch) -> None:
-    from hyde_tutor.plugin import tutor
-    from hyde_tutor.plugin.tutor import RetrieveFirst
+    from hyde_tutor.plugin import capabilities as tutor
+    from hyde_tutor.plugin.capabilities import RetrieveFirst
 
     probed: list[str] = []
     real = tutor._nearest
@@ -186,7 +186,7 @@ async def test_no_probe_when_the_turn_will_not_generate(retriever, monkeypatch) 
 
 
 async def test_entries_found_earlier_stay_and_one_collection_twice_keeps_both_searches(retriever) -> None:
-    from hyde_tutor.plugin.tutor import RetrieveFirst
+    from hyde_tutor.plugin.capabilities import RetrieveFirst
 
     calls, records, deps = _retrieve_first_turn(retriever, LESSON_DOCS)
     deps.found.append({"id": "earlier"})

@@ -10,8 +10,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from typer.testing import CliRunner
 
 from hyde_tutor import Experiment, Monitor, TutorDeps
-from hyde_tutor.evaluation.abreport import arm_rows, bootstrap_diff, differences
-from hyde_tutor.plugin.chat import answer_turn, build_tutor_agent, chat_loop
+from hyde_tutor.experiment.abreport import arm_rows, bootstrap_diff, differences
+from hyde_tutor.tutor.chat import answer_turn, build_tutor_agent, chat_loop
 from hyde_tutor.cli import app
 from hyde_tutor.plugin.monitor import RetrievalRecord
 
@@ -94,7 +94,7 @@ def test_retrieve_first_with_a_failing_model_shows_what_it_found(hyde_retriever)
 
 
 def test_chat_mode_follows_the_backend() -> None:
-    from hyde_tutor.plugin.chat import default_chat_mode
+    from hyde_tutor.tutor.chat import default_chat_mode
     from hyde_tutor.llm.backends import LLMBackend
 
     assert default_chat_mode(LLMBackend(None, "local:qwen", "local")) == "retrieve-first"

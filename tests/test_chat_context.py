@@ -13,8 +13,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from hyde_tutor.config import HydeSettings
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.plugin.chat import CHAT_TEMPERATURE, answer_turn, build_tutor_agent
-from hyde_tutor.plugin.context_fit import FitContext, bounded_history, chatml_tokens, drop_last_entry
+from hyde_tutor.tutor.chat import CHAT_TEMPERATURE, answer_turn, build_tutor_agent
+from hyde_tutor.tutor.context_fit import FitContext, bounded_history, chatml_tokens, drop_last_entry
 from hyde_tutor.plugin.toolset import TutorDeps
 
 ANSWER = {"entry": 1, "korean": "가고 싶어요", "russian": "Хочу поехать."}
@@ -139,7 +139,7 @@ def test_an_earlier_reply_reaches_the_model_as_its_head_only() -> None:
 
 def test_a_structured_answer_gets_a_cap_its_longest_fields_fit() -> None:
     from hyde_tutor.llm.backends import LLMBackend
-    from hyde_tutor.plugin.grounding import ANSWER_MAX_TOKENS
+    from hyde_tutor.tutor.grounding import ANSWER_MAX_TOKENS
 
     local = LLMBackend(FunctionModel(lambda m, i: None), "local:qwen", "local", extra_settings={"extra_body": {"max_tokens": 200}})
     agent = build_tutor_agent(local, mode="auto")
@@ -148,7 +148,7 @@ def test_a_structured_answer_gets_a_cap_its_longest_fields_fit() -> None:
 
 
 def test_the_structured_tutor_shows_the_model_a_shorter_entry_text(retriever) -> None:
-    from hyde_tutor.plugin.tutor import GROUNDED_ENTRY_CHARS, HydeTutor
+    from hyde_tutor.plugin.capabilities import GROUNDED_ENTRY_CHARS, HydeTutor
 
     assert HydeTutor(mode="retrieve-first", grounded=True)._retrieve.max_chars == GROUNDED_ENTRY_CHARS == 900
     assert HydeTutor(mode="retrieve-first")._retrieve.max_chars == 1800  # a capable model keeps the longer text

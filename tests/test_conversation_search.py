@@ -87,9 +87,9 @@ def test_the_chat_keeps_the_reply_the_learner_saw_for_the_next_search(retriever)
     from pydantic_ai.messages import ModelResponse, TextPart
     from pydantic_ai.models.function import FunctionModel
 
-    from hyde_tutor.plugin.chat import answer_turn, build_tutor_agent
+    from hyde_tutor.tutor.chat import answer_turn, build_tutor_agent
     from hyde_tutor.plugin.toolset import TutorDeps
-    from hyde_tutor.plugin.tutor import conversation
+    from hyde_tutor.plugin.capabilities import conversation
 
     answer = {"entry": 1, "korean": "가고 싶어요", "russian": "Хочу поехать."}
     model = FunctionModel(lambda m, i: ModelResponse(parts=[TextPart(json.dumps(answer, ensure_ascii=False))]))

@@ -332,7 +332,7 @@ async def test_an_eval_arm_reports_calls_and_tokens_per_search(retriever) -> Non
 
 
 def test_ab_report_shows_calls_and_tokens_per_arm_with_intervals() -> None:
-    from hyde_tutor.evaluation.abreport import arm_rows, format_report
+    from hyde_tutor.experiment.abreport import arm_rows, format_report
 
     records = ([{"arm": "hyde", "use_hyde": True, "llm_calls": 1, "tokens_in": 300, "tokens_out": 200,
                  "stages_ms": {"total_ms": 5.0}, "results": 3}] * 8

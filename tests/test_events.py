@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from hyde_tutor.plugin.events import EventLog, ExperimentEvent, MemoryEventLog, RatingEvent, TurnRecord
+from hyde_tutor.experiment.events import EventLog, ExperimentEvent, MemoryEventLog, RatingEvent, TurnRecord
 from hyde_tutor.plugin.monitor import RetrievalRecord
-from hyde_tutor.plugin.sqlstore import SqlEventLog
+from hyde_tutor.experiment.sqlstore import SqlEventLog
 
 from .conftest import open_database
 
@@ -90,7 +90,7 @@ def test_an_abandoned_turn_keeps_its_mark_and_its_start_time(log: EventLog) -> N
 def test_a_database_made_before_a_turn_field_existed_gets_its_column(tmp_path) -> None:
     import sqlalchemy as sa
 
-    from hyde_tutor.plugin.sqlstore import SqlDatabase
+    from hyde_tutor.experiment.sqlstore import SqlDatabase
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     old = SqlDatabase(url)

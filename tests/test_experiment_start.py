@@ -12,15 +12,15 @@ from typer.testing import CliRunner
 
 from hyde_tutor.cli import app
 from hyde_tutor.config import Settings
-from hyde_tutor.plugin.events import MemoryEventLog
-from hyde_tutor.plugin.experiment import Experiment
-from hyde_tutor.plugin.sqlstore import open_event_log
+from hyde_tutor.experiment.events import MemoryEventLog
+from hyde_tutor.experiment.assignment import Experiment
+from hyde_tutor.experiment.sqlstore import open_event_log
 
 TOKEN = "op-secret-token"
 
 
 def test_the_embedded_model_is_where_hyde_cannot_help(isolated_env: Path, monkeypatch) -> None:
-    from hyde_tutor.plugin.operations import hyde_cannot_help
+    from hyde_tutor.experiment.operations import hyde_cannot_help
 
     why = hyde_cannot_help(Settings())
     assert why is not None and "embedded local model" in why
@@ -51,7 +51,7 @@ def test_experiment_start_on_the_embedded_model_needs_force(isolated_env: Path) 
 
 
 def test_change_experiment_refuses_only_a_start_that_gives_hyde() -> None:
-    from hyde_tutor.plugin.operations import HydeCannotHelp, change_experiment
+    from hyde_tutor.experiment.operations import HydeCannotHelp, change_experiment
 
     log = MemoryEventLog()
     with pytest.raises(HydeCannotHelp, match="slow here.*--force"):
@@ -66,7 +66,7 @@ def test_change_experiment_refuses_only_a_start_that_gives_hyde() -> None:
 
 
 def test_the_operator_endpoint_asks_for_force_where_hyde_cannot_help(tmp_path: Path) -> None:
-    from hyde_tutor.plugin.operations import hyde_cannot_help
+    from hyde_tutor.experiment.operations import hyde_cannot_help
     from hyde_tutor.server import create_app
 
     from .served_stub import stub_parts

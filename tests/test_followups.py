@@ -64,7 +64,7 @@ async def test_history_reaches_the_raw_search_and_the_hypothesis_request(retriev
 
 async def test_retrieve_first_searches_a_follow_up_with_the_previous_question(retriever, monkeypatch) -> None:
     from hyde_tutor.plugin.toolset import TutorDeps
-    from hyde_tutor.plugin.tutor import RetrieveFirst
+    from hyde_tutor.plugin.capabilities import RetrieveFirst
 
     seen: list[tuple] = []
     hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]

@@ -9,8 +9,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from hyde_tutor.config import HydeSettings
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.plugin.chat import answer_turn, build_tutor_agent
-from hyde_tutor.plugin.grounding import REPLACED_LINE, GroundedAnswer, ground_reply, render_answer
+from hyde_tutor.tutor.chat import answer_turn, build_tutor_agent
+from hyde_tutor.tutor.grounding import REPLACED_LINE, GroundedAnswer, ground_reply, render_answer
 
 SENTENCE_LINE = CHECKED_LINE = "Для вашей ситуации (фраза модели, проверена автоматически):"
 
@@ -108,7 +108,7 @@ def test_a_model_sentence_cut_off_or_longer_than_the_examples_is_dropped() -> No
 
 def test_a_cut_falls_at_a_sentence_end() -> None:
     """The entry's text is cut to whole sentences (it read «Фраза зак»), and a translation cut by its cap too."""
-    from hyde_tutor.plugin.grounding import RUSSIAN_CHARS, clip_sentences
+    from hyde_tutor.tutor.grounding import RUSSIAN_CHARS, clip_sentences
 
     long = {**WANT, "explanation": "Первое предложение. " + "Второе длинное предложение про основу. " * 12 + "Обрыв сло…"}
     text = render_answer(GroundedAnswer(entry=1, korean="부산에 가고 싶어요.", russian="Хочу в Пусан."), [long], agrees=agree)
@@ -134,7 +134,7 @@ def test_text_is_unescaped_so_the_page_escapes_it_once() -> None:
 
 def test_the_parts_known_before_the_model_begin_the_reply() -> None:
     """For streaming: the entry's parts are final once the entry is chosen, the model's sentence comes after."""
-    from hyde_tutor.plugin.grounding import SURE_MARGIN, early_headline, reply_parts
+    from hyde_tutor.tutor.grounding import SURE_MARGIN, early_headline, reply_parts
 
     assert early_headline([WANT, ALMOST], SURE_MARGIN) == 1 and early_headline([WANT, ALMOST], 0.01) is None
     early = reply_parts(None, [WANT, ALMOST], margin=SURE_MARGIN)
@@ -181,7 +181,7 @@ def test_the_tools_chat_turn_replaces_a_reply_without_korean(retriever) -> None:
 
 
 def test_a_conjugated_pattern_counts_as_naming_the_entry() -> None:
-    from hyde_tutor.plugin.grounding import names_an_entry
+    from hyde_tutor.tutor.grounding import names_an_entry
 
     assert names_an_entry("Скажите: 부산에 가고 싶어요.", [WANT])
     assert names_an_entry("기차를 놓칠 뻔했어요.", [ALMOST])
@@ -200,7 +200,7 @@ def test_the_embedded_model_gets_the_grounded_agent_by_default() -> None:
 
 
 def test_a_search_first_chat_shows_the_entries_before_the_model_answers(retriever) -> None:
-    from hyde_tutor.plugin.chat import chat_loop
+    from hyde_tutor.tutor.chat import chat_loop
     from hyde_tutor.plugin.monitor import Monitor
 
     events: list[str] = []
@@ -226,7 +226,7 @@ def test_the_chat_streams_a_reply_and_reports_time_to_first_token(retriever) -> 
 
     from pydantic_ai.models.function import DeltaToolCall
 
-    from hyde_tutor.plugin.chat import chat_loop
+    from hyde_tutor.tutor.chat import chat_loop
 
     hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
     arrivals: list[tuple[float, str]] = []
@@ -260,7 +260,7 @@ def test_when_the_model_passes_over_the_top_entry_it_is_shown_too() -> None:
 
 
 def test_the_headline_follows_the_rule_whatever_the_model_chose() -> None:
-    from hyde_tutor.plugin.grounding import SURE_MARGIN, headline_entry
+    from hyde_tutor.tutor.grounding import SURE_MARGIN, headline_entry
 
     second = GroundedAnswer(entry=2, korean="늦을 뻔했어요", russian="Чуть не опоздал.")
     found = [WANT, ALMOST]
@@ -277,7 +277,7 @@ def test_the_headline_follows_the_rule_whatever_the_model_chose() -> None:
 
 def test_the_chat_turns_headline_follows_the_rule(retriever) -> None:
     from hyde_tutor.corpus.rendering import distinct_entries
-    from hyde_tutor.plugin.grounding import SURE_MARGIN, _name
+    from hyde_tutor.tutor.grounding import SURE_MARGIN, _name
 
     hr = HydeRetriever(retriever, lambda d: None, HydeSettings(enabled=False))  # type: ignore[arg-type,return-value]
     agent = build_tutor_agent(_structured({"entry": 2, "korean": "가고 싶어요", "russian": "Хочу."}),

@@ -15,8 +15,8 @@ from hyde_tutor.config import JudgeSettings
 from hyde_tutor.hyde.requests import render_recording
 from hyde_tutor.llm.recorder import RecordingWriter
 from hyde_tutor.llm.recordings import RecordingBook, ReplayModel
-from hyde_tutor.plugin.events import MemoryEventLog, TurnRecord
-from hyde_tutor.plugin.judge import JudgeBudget, RelevanceJudge, render_entries, sampled, verdict_json
+from hyde_tutor.experiment.events import MemoryEventLog, TurnRecord
+from hyde_tutor.experiment.judge import JudgeBudget, RelevanceJudge, render_entries, sampled, verdict_json
 
 QUESTION = "Как сказать, что я хочу поехать в Корею?"
 ENTRIES = [{"id": "g-b01", "pattern": "-고 싶다", "name_ru": "желание",

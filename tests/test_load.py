@@ -214,7 +214,7 @@ def test_warm_up_opens_the_collections_and_freezes_what_is_alive(tmp_path: Path,
 
 
 def test_the_chat_warms_up_in_the_background_and_a_missing_collection_does_not_stop_it(tmp_path: Path, bm25) -> None:
-    from hyde_tutor.plugin.chat import warm_up_in_background
+    from hyde_tutor.tutor.chat import warm_up_in_background
 
     hr, _, fresh = _cold_retriever(tmp_path, bm25)
     try:

@@ -33,7 +33,7 @@ def test_no_experiment_runs_unless_an_operator_starts_one(isolated_env: Path) ->
 
 def test_the_chat_header_says_what_the_subject_gets(isolated_env: Path, hyde_retriever) -> None:
     from hyde_tutor.cli.chat import hyde_line
-    from hyde_tutor.plugin.experiment import Experiment
+    from hyde_tutor.experiment.assignment import Experiment
     from hyde_tutor.plugin.toolset import TutorDeps
 
     hyde_retriever.weak_model = True  # the embedded model's policy: HyDE off by default
@@ -124,7 +124,7 @@ def test_compare_columns_line_up_with_korean_text() -> None:
 # -- small things -------------------------------------------------------------------------------------
 
 def test_russian_plurals_in_the_chat() -> None:
-    from hyde_tutor.plugin.chat import ru_plural
+    from hyde_tutor.tutor.chat import ru_plural
 
     forms = ("результат", "результата", "результатов")
     assert [ru_plural(n, *forms) for n in (1, 3, 5, 11, 12, 21, 22, 25)] == [
@@ -182,7 +182,7 @@ def test_the_chat_says_why_a_search_ran_without_hyde_in_words(retriever) -> None
 
     from hyde_tutor.config import HydeSettings
     from hyde_tutor.hyde import HydeRetriever
-    from hyde_tutor.plugin.chat import build_tutor_agent, chat_loop
+    from hyde_tutor.tutor.chat import build_tutor_agent, chat_loop
     from hyde_tutor.plugin.monitor import Monitor
     from hyde_tutor.plugin.toolset import TutorDeps
 

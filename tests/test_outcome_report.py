@@ -14,12 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 from hyde_tutor.cli import app
-from hyde_tutor.evaluation.abreport import format_outcome_report, outcome_report
-from hyde_tutor.evaluation.abstats import (chi2_sf, clustered_mean, clustered_proportion, newcombe_difference,
+from hyde_tutor.experiment.abreport import format_outcome_report, outcome_report
+from hyde_tutor.experiment.abstats import (chi2_sf, clustered_mean, clustered_proportion, newcombe_difference,
                                            required_total, srm_check, wilson)
-from hyde_tutor.evaluation.outcomes import split_periods
-from hyde_tutor.plugin.events import ExperimentEvent, MemoryEventLog, RatingEvent, TurnRecord
-from hyde_tutor.plugin.experiment import Experiment
+from hyde_tutor.experiment.outcomes import split_periods
+from hyde_tutor.experiment.events import ExperimentEvent, MemoryEventLog, RatingEvent, TurnRecord
+from hyde_tutor.experiment.assignment import Experiment
 from hyde_tutor.plugin.monitor import RetrievalRecord
 
 
@@ -264,9 +264,9 @@ def test_the_srm_check_tests_the_split_the_configured_arms_make() -> None:
 
 def test_ab_report_checks_the_split_of_the_configured_arms(monkeypatch: pytest.MonkeyPatch) -> None:
     log = _log(600, 0.6, 0.6, share=0.2, seed=11, arms=("hyde", "raw"))
-    fake = types.ModuleType("hyde_tutor.plugin.sqlstore")
+    fake = types.ModuleType("hyde_tutor.experiment.sqlstore")
     fake.open_event_log = lambda url: log  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "hyde_tutor.plugin.sqlstore", fake)
+    monkeypatch.setitem(sys.modules, "hyde_tutor.experiment.sqlstore", fake)
     monkeypatch.setenv("HYDE_EXPERIMENT__ARMS", "hyde,raw")
     out = CliRunner().invoke(app, ["ab-report", "--db", "sqlite:///x.db", "--json"])
     assert out.exit_code == 0, out.output
@@ -315,7 +315,7 @@ def test_treatment_received_is_hyde_only_where_hyde_shaped_the_results() -> None
 def test_the_primary_outcome_line_counts_the_outcomes_the_report_flags() -> None:
     """METHOD spoke of four outcomes; the report gives seven a hyde − raw interval (and a * mark): the six of
     issue 28 and the abandoned rate."""
-    from hyde_tutor.evaluation.outcomes import METHOD
+    from hyde_tutor.experiment.outcomes import METHOD
 
     report = outcome_report(_log(200, 0.7, 0.6, seed=6))
     flagged = report["periods"][0]["by_assigned_arm"]["differences"]
@@ -331,9 +331,9 @@ def test_the_primary_outcome_line_counts_the_outcomes_the_report_flags() -> None
 def test_ab_report_db_prints_the_outcome_report(monkeypatch: pytest.MonkeyPatch) -> None:
     log = _log(120, 0.8, 0.5, seed=7)
     opened: list[str] = []
-    fake = types.ModuleType("hyde_tutor.plugin.sqlstore")
+    fake = types.ModuleType("hyde_tutor.experiment.sqlstore")
     fake.open_event_log = lambda url: opened.append(url) or log  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "hyde_tutor.plugin.sqlstore", fake)
+    monkeypatch.setitem(sys.modules, "hyde_tutor.experiment.sqlstore", fake)
     runner = CliRunner()
     out = runner.invoke(app, ["ab-report", "--db", "sqlite:///x.db", "--json", "--mde", "0.1"])
     assert out.exit_code == 0, out.output
@@ -348,7 +348,7 @@ def test_ab_report_db_prints_the_outcome_report(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_ab_report_db_without_the_sql_store_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "hyde_tutor.plugin.sqlstore", None)  # an import of it raises ImportError
+    monkeypatch.setitem(sys.modules, "hyde_tutor.experiment.sqlstore", None)  # an import of it raises ImportError
     out = CliRunner().invoke(app, ["ab-report", "--db", "sqlite:///x.db"])
     assert out.exit_code == 2 and "--file" in out.output and "sqlstore" in out.output
 
@@ -372,9 +372,9 @@ def test_ab_report_db_that_cannot_be_read_says_so_without_the_password(monkeypat
     def refuse(url: str) -> MemoryEventLog:
         raise RuntimeError("cannot open the served tutor's database: connection refused")
 
-    fake = types.ModuleType("hyde_tutor.plugin.sqlstore")
+    fake = types.ModuleType("hyde_tutor.experiment.sqlstore")
     fake.open_event_log = refuse  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "hyde_tutor.plugin.sqlstore", fake)
+    monkeypatch.setitem(sys.modules, "hyde_tutor.experiment.sqlstore", fake)
     out = CliRunner().invoke(app, ["ab-report", "--db", "postgresql://tutor:s3cret@db.internal/served"])
     assert out.exit_code == 2 and "connection refused" in out.output and "s3cret" not in out.output
     assert "Cannot read the served tutor's event log at postgresql://tutor:***@db.internal/served" in out.output
@@ -399,8 +399,8 @@ def test_treatment_received_follows_the_retrievals_and_unassigned_learners_stay_
 
 
 def test_ab_report_reads_the_served_database_without_flags_when_there_is_one(tmp_path: Path, monkeypatch) -> None:
-    from hyde_tutor.plugin.events import ExperimentEvent, RatingEvent, TurnRecord
-    from hyde_tutor.plugin.sqlstore import open_event_log
+    from hyde_tutor.experiment.events import ExperimentEvent, RatingEvent, TurnRecord
+    from hyde_tutor.experiment.sqlstore import open_event_log
 
     monkeypatch.setenv("HYDE_DATA_DIR", str(tmp_path))
     monkeypatch.delenv("HYDE_SERVER__DATABASE_URL", raising=False)
@@ -432,7 +432,7 @@ def test_the_latency_line_keeps_a_long_arm_name_apart_from_its_figures() -> None
 def _served_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A served database in HYDE_DATA_DIR: 12 learners, turns of 5 to 6 minutes (the embedded model's), rated."""
     from hyde_tutor.config import Settings
-    from hyde_tutor.plugin.sqlstore import database_url, open_event_log
+    from hyde_tutor.experiment.sqlstore import database_url, open_event_log
 
     monkeypatch.setenv("HYDE_DATA_DIR", str(tmp_path))
     monkeypatch.delenv("HYDE_SERVER__DATABASE_URL", raising=False)
@@ -473,7 +473,7 @@ def test_ab_report_plot_draws_the_served_database_and_turns_read_in_seconds(tmp_
 
 def test_the_outcome_chart_draws_the_reports_figures(tmp_path: Path, monkeypatch) -> None:
     from hyde_tutor.evaluation.plots import OUTCOME_BARS, outcome_figure
-    from hyde_tutor.plugin.sqlstore import open_event_log
+    from hyde_tutor.experiment.sqlstore import open_event_log
 
     log = open_event_log(_served_db(tmp_path, monkeypatch))
     report = outcome_report(log)

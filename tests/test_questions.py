@@ -13,7 +13,7 @@ from pydantic_ai.models.function import FunctionModel
 from hyde_tutor import EdgeStore
 from hyde_tutor.config import HydeSettings, QuestionSettings
 from hyde_tutor.corpus.documents import Document
-from hyde_tutor.plugin.experiment import Experiment, decide
+from hyde_tutor.experiment.assignment import Experiment, decide
 from hyde_tutor.hyde import QUESTIONS, RAW, HydeRetriever
 from hyde_tutor.hyde.hypotheses import HypothesisGenerator, MemoryCache
 from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents

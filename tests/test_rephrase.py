@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hyde_tutor.plugin.rephrase import is_rephrase, question_similarity
+from hyde_tutor.experiment.rephrase import is_rephrase, question_similarity
 
 
 @pytest.mark.parametrize(("previous", "current"), [

@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from hyde_tutor.plugin.checks import korean_sentences, pattern_sequences, sentence_problem, uses_pattern
+from hyde_tutor.tutor.checks import korean_sentences, pattern_sequences, sentence_problem, uses_pattern
 
 GRAMMAR = Path(__file__).resolve().parent.parent / "data" / "grammar.jsonl"
 
@@ -51,7 +51,7 @@ def test_the_grounded_model_sees_an_earlier_reply_without_its_korean(retriever) 
     """Turn 3 of the issue's chat repeated turn 2's sentence: the model had it in front of it."""
     from hyde_tutor.config import HydeSettings
     from hyde_tutor.hyde import HydeRetriever
-    from hyde_tutor.plugin.chat import answer_turn, build_tutor_agent
+    from hyde_tutor.tutor.chat import answer_turn, build_tutor_agent
     from hyde_tutor.plugin.toolset import TutorDeps
 
     seen: list[str] = []
@@ -74,8 +74,8 @@ def test_the_grounded_model_sees_an_earlier_reply_without_its_korean(retriever) 
 def test_a_sentence_that_says_something_else_than_its_translation_is_not_shown(use_embedder) -> None:
     """The 1.5B model wrote «물고 싶어요» ("I want to bite") translated as «Хочу поехать в Пусан.»: the pattern is
     there, the meaning is not. The cross-lingual sentence embedder (no LLM) tells them apart."""
-    from hyde_tutor.plugin.checks import meaning_check
-    from hyde_tutor.plugin.grounding import GroundedAnswer, render_answer
+    from hyde_tutor.tutor.checks import meaning_check
+    from hyde_tutor.tutor.grounding import GroundedAnswer, render_answer
 
     agrees = meaning_check(use_embedder.embed, "Как сказать, что я хочу поехать в Пусан?")
     assert agrees("부산에 가고 싶어요.", "Я хочу поехать в Пусан.")

@@ -10,7 +10,7 @@ from pydantic_ai.models.function import FunctionModel
 from typer.testing import CliRunner
 
 from hyde_tutor import Monitor, TutorDeps
-from hyde_tutor.plugin.chat import answer_turn, build_tutor_agent
+from hyde_tutor.tutor.chat import answer_turn, build_tutor_agent
 from hyde_tutor.cli import app
 from hyde_tutor.config import HydeSettings
 from hyde_tutor.errors import EmbedderError

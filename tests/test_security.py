@@ -142,7 +142,7 @@ async def _retrieve_first_instructions(retriever_for_deps) -> str:
     from pydantic_ai.models.function import FunctionModel
 
     from hyde_tutor.plugin.toolset import TutorDeps
-    from hyde_tutor.plugin.tutor import RetrieveFirst
+    from hyde_tutor.plugin.capabilities import RetrieveFirst
 
     seen: list[str] = []
 

@@ -14,13 +14,13 @@ import pytest
 from typer.testing import CliRunner
 
 from hyde_tutor.cli import app
-from hyde_tutor.evaluation.abreport import format_outcome_report, outcome_report
-from hyde_tutor.evaluation.abstats import clustered_proportion, newcombe_difference
-from hyde_tutor.evaluation.sequential import (always_valid_difference, always_valid_multiplier, mean_se,
+from hyde_tutor.experiment.abreport import format_outcome_report, outcome_report
+from hyde_tutor.experiment.abstats import clustered_proportion, newcombe_difference
+from hyde_tutor.experiment.sequential import (always_valid_difference, always_valid_multiplier, mean_se,
                                               mixture_precision, msprt_log_lambda, normal_mixture_boundary,
                                               proportion_se, sequential_means, sequential_proportions, verdict)
-from hyde_tutor.plugin.events import ExperimentEvent, MemoryEventLog, RatingEvent, TurnRecord
-from hyde_tutor.plugin.experiment import Experiment
+from hyde_tutor.experiment.events import ExperimentEvent, MemoryEventLog, RatingEvent, TurnRecord
+from hyde_tutor.experiment.assignment import Experiment
 
 # -- the boundary against its references ---------------------------------------------------------------
 
@@ -217,9 +217,9 @@ def test_ab_report_cli_prints_the_decision_in_text_and_json(monkeypatch: pytest.
     import types
 
     log = _log(300, 0.85, 0.5, seed=5)
-    fake = types.ModuleType("hyde_tutor.plugin.sqlstore")
+    fake = types.ModuleType("hyde_tutor.experiment.sqlstore")
     fake.open_event_log = lambda url: log  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "hyde_tutor.plugin.sqlstore", fake)
+    monkeypatch.setitem(sys.modules, "hyde_tutor.experiment.sqlstore", fake)
     runner = CliRunner()
     data = json.loads(runner.invoke(app, ["ab-report", "--db", "sqlite:///x.db", "--json"]).output)
     assert data["decision"]["verdict"] == "better" and "after 300 learners" in data["decision"]["text"]

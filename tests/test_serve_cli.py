@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from hyde_tutor.cli import app
-from hyde_tutor.plugin.sqlstore import open_event_log
+from hyde_tutor.experiment.sqlstore import open_event_log
 
 
 def test_the_experiment_command_writes_events_the_server_reads(isolated_env: Path, monkeypatch) -> None:

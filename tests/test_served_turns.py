@@ -148,9 +148,9 @@ async def test_a_turn_the_learner_abandons_is_recorded_once_marked_abandoned(
 
 
 async def test_the_abandoned_rate_is_reported_per_arm_beside_the_failed_rate(tmp_path: Path) -> None:
-    from hyde_tutor.evaluation.outcome_text import format_outcome_report
-    from hyde_tutor.evaluation.outcomes import outcome_report
-    from hyde_tutor.plugin.events import MemoryEventLog, TurnRecord
+    from hyde_tutor.experiment.outcome_text import format_outcome_report
+    from hyde_tutor.experiment.outcomes import outcome_report
+    from hyde_tutor.experiment.events import MemoryEventLog, TurnRecord
 
     log = MemoryEventLog()
     for i in range(40):
@@ -168,8 +168,8 @@ async def test_the_abandoned_rate_is_reported_per_arm_beside_the_failed_rate(tmp
 async def test_a_turn_lands_in_the_period_it_started_in(tmp_path: Path) -> None:
     import asyncio
 
-    from hyde_tutor.evaluation.outcomes import outcome_report
-    from hyde_tutor.plugin.events import ExperimentEvent
+    from hyde_tutor.experiment.outcomes import outcome_report
+    from hyde_tutor.experiment.events import ExperimentEvent
 
     parts = stub_parts(tmp_path, _hosted(tmp_path))
     log = parts.tutor.log
@@ -209,7 +209,7 @@ class _BrokenLog:
     """An event log whose writes raise (a database that is down); reads answer nothing."""
 
     def __init__(self) -> None:
-        from hyde_tutor.plugin.events import MemoryEventLog
+        from hyde_tutor.experiment.events import MemoryEventLog
 
         self._read = MemoryEventLog()
 

@@ -45,7 +45,7 @@ def ask(client: TestClient, text: str, chat_id: str = "chat1", **headers: str): 
 
 
 def test_a_turn_streams_its_reply_cards_first_and_is_recorded_with_its_retrievals(served, caplog) -> None:
-    from hyde_tutor.plugin.operations import learner_tag
+    from hyde_tutor.experiment.operations import learner_tag
 
     client, parts = served
     with caplog.at_level("INFO", logger="hyde_tutor.served"):
@@ -208,7 +208,7 @@ def test_the_judge_hook_scores_a_turn_after_it_is_recorded(tmp_path: Path) -> No
 async def test_a_served_tutor_finds_the_previous_turn_in_any_event_log(tmp_path: Path) -> None:
     from pydantic_ai.messages import ModelRequest, UserPromptPart
 
-    from hyde_tutor.plugin.events import MemoryEventLog
+    from hyde_tutor.experiment.events import MemoryEventLog
 
     parts = stub_parts(tmp_path, _settings(tmp_path))
     parts.tutor.log = log = MemoryEventLog()
@@ -226,7 +226,7 @@ async def test_a_served_tutor_finds_the_previous_turn_in_any_event_log(tmp_path:
 def test_a_capable_model_gets_the_relevance_judge_and_the_embedded_one_does_not(tmp_path: Path) -> None:
     from hyde_tutor.config import Settings
     from hyde_tutor.llm.backends import make_llm
-    from hyde_tutor.plugin.judge import RelevanceJudge
+    from hyde_tutor.experiment.judge import RelevanceJudge
     from hyde_tutor.server.build import default_judge
 
     capable = make_llm(Settings(data_dir=tmp_path, llm={"base_url": "http://127.0.0.1:9/v1", "model": "m"}))

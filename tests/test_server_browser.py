@@ -125,7 +125,7 @@ def test_the_page_streams_a_reply_with_cards_and_a_thumbs_up_reaches_the_report(
     from typer.testing import CliRunner
 
     from hyde_tutor.cli import app
-    from hyde_tutor.plugin.sqlstore import database_url
+    from hyde_tutor.experiment.sqlstore import database_url
 
     out = CliRunner().invoke(app, ["ab-report", "--db", database_url(parts.settings), "--experiment", "web", "--json"])
     assert out.exit_code == 0, out.output

@@ -282,7 +282,7 @@ async def test_the_served_path_searches_the_agents_own_collections(make_parts) -
     from pydantic_ai.models.function import FunctionModel
 
     from hyde_tutor.plugin.toolset import TutorDeps
-    from hyde_tutor.plugin.tutor import HydeTutor, RetrieveFirst
+    from hyde_tutor.plugin.capabilities import HydeTutor, RetrieveFirst
 
     def down(messages, info):  # type: ignore[no-untyped-def]
         raise ConnectionError("down")

@@ -26,7 +26,7 @@ def structured_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
 
     # the stub's hash embedder cannot judge meaning: the meaning check (real USE, tests/test_reply_checks.py)
     # is replaced by one that agrees, so the model's sentence reaches the page and its escaping can be seen
-    monkeypatch.setattr("hyde_tutor.plugin.served.meaning_check_of", lambda *args: (lambda korean, russian: True))
+    monkeypatch.setattr("hyde_tutor.tutor.served.meaning_check_of", lambda *args: (lambda korean, russian: True))
 
     port = _free_port()
     settings = Settings(data_dir=tmp_path / "data", server={"port": port})

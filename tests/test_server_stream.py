@@ -41,7 +41,7 @@ def test_a_structured_answer_reaches_the_client_as_text_parts_head_first(tmp_pat
 
 
 def test_the_head_goes_out_when_the_search_is_sure_or_when_the_json_names_its_entry() -> None:
-    from hyde_tutor.plugin.reply_stream import ReplyPacer, lead_text
+    from hyde_tutor.tutor.reply_stream import ReplyPacer, lead_text
 
     sure = ReplyPacer([WANT, ALMOST], margin=0.4)
     head = sure.start()

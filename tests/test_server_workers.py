@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hyde_tutor.plugin.experiment import Experiment
-from hyde_tutor.plugin.sqlstore import open_event_log
+from hyde_tutor.experiment.assignment import Experiment
+from hyde_tutor.experiment.sqlstore import open_event_log
 
 from .conftest import ROOT
 from .pg_cluster import pg_cluster

@@ -15,13 +15,13 @@ from pydantic_ai.models.function import FunctionModel
 from hyde_tutor import EdgeStore, Retriever
 from hyde_tutor.config import Settings
 from hyde_tutor.corpus.ingest import IngestRequest, ingest_file
-from hyde_tutor.evaluation.abreport import outcome_report
+from hyde_tutor.experiment.abreport import outcome_report
 from hyde_tutor.evaluation.agent_replay import load_agent_turns
-from hyde_tutor.evaluation.simulation import SimulationConfig, drop_learners, load_questions, simulate
+from hyde_tutor.experiment.simulation import SimulationConfig, drop_learners, load_questions, simulate
 from hyde_tutor.hyde import HydeRetriever
 from hyde_tutor.hyde.hypotheses import HypothesisGenerator
 from hyde_tutor.llm.backends import LLMBackend
-from hyde_tutor.plugin.experiment import Experiment
+from hyde_tutor.experiment.assignment import Experiment
 
 from .conftest import DATA
 
@@ -110,7 +110,7 @@ def test_the_top_found_entry_follows_the_agents_call_order_not_the_finishing_ord
     made the simulated reply's entry (and the known effect) change between runs."""
     from pydantic_ai.messages import ModelRequest, ToolCallPart, ToolReturnPart
 
-    from hyde_tutor.evaluation.simulation import _found_in_call_order
+    from hyde_tutor.experiment.simulation import _found_in_call_order
 
     messages = [ModelResponse(parts=[ToolCallPart("docs_search", {}, tool_call_id="call-0"),
                                      ToolCallPart("grammar_search", {}, tool_call_id="call-1")]),

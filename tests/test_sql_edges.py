@@ -13,10 +13,10 @@ import sqlalchemy as sa
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
-from hyde_tutor.plugin import sqlstore
-from hyde_tutor.plugin.events import ExperimentEvent, TurnRecord
-from hyde_tutor.plugin.sqlconversations import SqlConversationStore
-from hyde_tutor.plugin.sqlstore import SqlDatabase, SqlEventLog
+from hyde_tutor.experiment import sqlstore
+from hyde_tutor.experiment.events import ExperimentEvent, TurnRecord
+from hyde_tutor.experiment.sqlconversations import SqlConversationStore
+from hyde_tutor.experiment.sqlstore import SqlDatabase, SqlEventLog
 
 SECRET_TEXT = "мой-секретный-вопрос-7319"
 

@@ -13,10 +13,10 @@ from pydantic_ai.conversation_store import ConversationConflict
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from hyde_tutor.config import Settings
-from hyde_tutor.plugin.events import TurnRecord
+from hyde_tutor.experiment.events import TurnRecord
 from hyde_tutor.plugin.monitor import RetrievalRecord
-from hyde_tutor.plugin.sqlconversations import SqlConversationStore
-from hyde_tutor.plugin.sqlstore import SqlDatabase, database_url, open_event_log
+from hyde_tutor.experiment.sqlconversations import SqlConversationStore
+from hyde_tutor.experiment.sqlstore import SqlDatabase, database_url, open_event_log
 
 
 def _turn(turn_id: str = "t1", subject: str = "s1", **kw) -> TurnRecord:

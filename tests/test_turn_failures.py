@@ -16,11 +16,11 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from hyde_tutor import EdgeStore
 from hyde_tutor.corpus.ingest import IngestRequest, ingest_documents
 from hyde_tutor.hyde import HydeRetriever
-from hyde_tutor.plugin.chat import answer_turn
-from hyde_tutor.plugin.experiment import Experiment
+from hyde_tutor.tutor.chat import answer_turn
+from hyde_tutor.experiment.assignment import Experiment
 from hyde_tutor.plugin.monitor import Monitor
 from hyde_tutor.plugin.toolset import TutorDeps, search_with_deps
-from hyde_tutor.plugin.tutor import HydeTutor
+from hyde_tutor.plugin.capabilities import HydeTutor
 from hyde_tutor.retrieval.retriever import Retriever
 
 from .test_store import DOCS

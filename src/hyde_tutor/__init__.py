@@ -8,6 +8,11 @@ pydantic-ai and the embedders up front.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import warnings
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -31,10 +36,10 @@ _EXPORTS: dict[str, str] = {
     "QueryValidationError": ".errors",
     "StoreLockedError": ".errors",
     "StoreUnavailableError": ".errors",
-    "Decision": ".plugin.experiment",
-    "Experiment": ".plugin.experiment",
-    "ReloadableExperiment": ".plugin.experiment",
-    "decide": ".plugin.experiment",
+    "Decision": ".experiment.assignment",
+    "Experiment": ".experiment.assignment",
+    "ReloadableExperiment": ".experiment.assignment",
+    "decide": ".experiment.assignment",
     "agreement": ".hyde.fusion",
     "max_score_fusion": ".hyde.fusion",
     "mean_vector": ".hyde.fusion",
@@ -55,8 +60,8 @@ _EXPORTS: dict[str, str] = {
     "TutorDeps": ".plugin.deps",
     "hyde_capability": ".plugin.toolset",
     "tutor_instructions": ".plugin.toolset",
-    "HydeTutor": ".plugin.tutor",
-    "RetrieveFirst": ".plugin.tutor",
+    "HydeTutor": ".plugin.capabilities",
+    "RetrieveFirst": ".plugin.capabilities",
     "NotRecordedError": ".llm.recordings",
     "Recording": ".llm.recordings",
     "RecordingBook": ".llm.recordings",
@@ -171,13 +176,53 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_EXPORTS})
 
 
+# Modules moved by the 0.2 layout (plugin/ = what an agent plugs in, tutor/ = the example tutor, experiment/ =
+# the A/B experiment). The old path still imports, with a DeprecationWarning naming the new one, until 0.3.
+MOVED_MODULES: dict[str, str] = {
+    "plugin.tutor": "plugin.capabilities",
+    "plugin.experiment": "experiment.assignment",
+    **{f"plugin.{name}": f"experiment.{name}"
+       for name in ("events", "sqlstore", "sqlconversations", "operations", "judge", "rephrase")},
+    **{f"plugin.{name}": f"tutor.{name}"
+       for name in ("chat", "turn", "context_fit", "grounding", "checks", "reply_stream", "served")},
+    **{f"evaluation.{name}": f"experiment.{name}"
+       for name in ("abreport", "abstats", "always_valid", "outcome_text", "outcomes", "sequential", "treatment",
+                    "simulation")},
+}
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports an old module path (``hyde_tutor.plugin.events``) as a view of the module's new home."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        old = fullname.removeprefix(f"{__name__}.")
+        if old == fullname or old not in MOVED_MODULES:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        new = f"{__name__}.{MOVED_MODULES[module.__name__.removeprefix(f'{__name__}.')]}"
+        warnings.warn(f"{module.__name__} moved to {new}: import it from there (the old path goes in 0.3)",
+                      DeprecationWarning, stacklevel=2)
+        target = importlib.import_module(new)
+        module.__doc__ = target.__doc__
+        module.__getattr__ = lambda name: getattr(target, name)  # type: ignore[method-assign]
+
+
+if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):
+    sys.meta_path.append(_MovedModuleFinder())
+
+
 if TYPE_CHECKING:  # the eager imports, for type checkers and IDEs
     from .retrieval.analysis import KoreanAwareAnalyzer  # noqa: F401
     from .config import Settings  # noqa: F401
     from .corpus.documents import Document, point_id_for  # noqa: F401
     from .retrieval.embedders import DenseEmbedder, OpenAIEmbedder, PydanticAIEmbedder, SentenceTransformerEmbedder, UseEmbedder, make_dense_embedder  # noqa: F401
     from .errors import CollectionNotFoundError, CorpusFormatError, EmbedderError, EmbedderMismatchError, HydeTutorError, QueryValidationError, StoreLockedError, StoreUnavailableError  # noqa: F401
-    from .plugin.experiment import Decision, Experiment, ReloadableExperiment, decide  # noqa: F401
+    from .experiment.assignment import Decision, Experiment, ReloadableExperiment, decide  # noqa: F401
     from .hyde.fusion import agreement, max_score_fusion, mean_vector, protect_head, reciprocal_rank_fusion, weighted_score_fusion  # noqa: F401
     from .hyde import HydePolicy, HydeResult, HydeRetriever, RetrievedDoc  # noqa: F401
     from .hyde.hypotheses import HypothesisGenerator, HypothesisPrompts  # noqa: F401
@@ -185,7 +230,7 @@ if TYPE_CHECKING:  # the eager imports, for type checkers and IDEs
     from .plugin.monitor import Monitor, RetrievalRecord  # noqa: F401
     from .plugin.deps import TutorDeps  # noqa: F401
     from .plugin.toolset import HydeSearchToolset, hyde_capability, tutor_instructions  # noqa: F401
-    from .plugin.tutor import HydeTutor, RetrieveFirst  # noqa: F401
+    from .plugin.capabilities import HydeTutor, RetrieveFirst  # noqa: F401
     from .llm.recordings import NotRecordedError, Recording, RecordingBook, ReplayModel  # noqa: F401
     from .corpus.ingest import IngestReport, IngestRequest, ingest_documents, ingest_file  # noqa: F401
     from .hyde.question_index import QuestionIngestReport, ingest_questions  # noqa: F401

@@ -25,8 +25,8 @@ def chat(
     Reads questions from standard input when it is not a terminal, one per line, prints each answer
     and exits 0 at the end: printf 'вопрос\n' | hyde-tutor chat
     """
-    from ..plugin.chat import CHAT_MODES, build_tutor_agent, chat_loop, default_chat_mode, warm_up_in_background
-    from ..plugin.experiment import ReloadableExperiment
+    from ..tutor.chat import CHAT_MODES, build_tutor_agent, chat_loop, default_chat_mode, warm_up_in_background
+    from ..experiment.assignment import ReloadableExperiment
     from ..llm.backends import make_llm
     from ..plugin.monitor import Monitor, configure_logfire
     from ..plugin.toolset import TutorDeps
@@ -78,7 +78,7 @@ def chat(
 
 def hyde_line(hr: object, deps: object) -> str:
     """What this chat's searches will do: the subject's arm when an experiment runs, else the default."""
-    from ..plugin.experiment import arm_uses_hyde
+    from ..experiment.assignment import arm_uses_hyde
 
     experiment = deps.current_experiment()  # type: ignore[attr-defined]
     subject = deps.subject_id  # type: ignore[attr-defined]

@@ -233,7 +233,7 @@ def _bench_pipeline(settings: Settings, docs: list[Any], latency_ms: float, n_qu
 
 def _served_database(settings: Settings) -> str | None:
     """The served tutor's database URL when one is configured or its SQLite file exists."""
-    from ..plugin.sqlstore import DB_FILE, database_url
+    from ..experiment.sqlstore import DB_FILE, database_url
 
     return database_url(settings) if settings.server.database_url or (settings.data_dir / DB_FILE).is_file() else None
 
@@ -262,7 +262,7 @@ def ab_report(
     if db is not None:
         if file is not None:
             fail("--db reads the served tutor's event log; --file is for the metrics JSONL. Pass one.")
-        from ..plugin.experiment import experiment_from_settings
+        from ..experiment.assignment import experiment_from_settings
 
         try:
             arms = experiment_from_settings(settings).arms  # the split the server assigned by
@@ -270,8 +270,8 @@ def ab_report(
             fail(f"HYDE_EXPERIMENT__ARMS: {exc}")
         _outcome_report(db, experiment, mde, as_json, arms, plot)
         return
-    from ..evaluation.abreport import arm_rows, differences, format_report
-    from ..evaluation.abreport import plot as draw
+    from ..experiment.abreport import arm_rows, differences, format_report
+    from ..experiment.abreport import plot as draw
     from ..plugin.monitor import load_records
 
     path = file or settings.data_dir / "metrics.jsonl"
@@ -302,12 +302,12 @@ def ab_report(
 
 def _outcome_report(url: str, experiment: str | None, mde: float, as_json: bool, arms: tuple[str, ...],
                     plot: Path | None = None) -> None:
-    from ..evaluation.abreport import format_outcome_report, outcome_report
+    from ..experiment.abreport import format_outcome_report, outcome_report
 
     try:
-        from ..plugin.sqlstore import open_event_log  # type: ignore[import-not-found, unused-ignore]
+        from ..experiment.sqlstore import open_event_log  # type: ignore[import-not-found, unused-ignore]
     except ImportError as exc:
-        fail(f"--db needs the served tutor's SQL event log (hyde_tutor.plugin.sqlstore), which this install lacks "
+        fail(f"--db needs the served tutor's SQL event log (hyde_tutor.experiment.sqlstore), which this install lacks "
              f"({exc}). Update hyde-tutor, or report from a metrics JSONL with --file.")
     from ..config import redact_url
 

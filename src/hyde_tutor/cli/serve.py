@@ -36,7 +36,7 @@ def serve(
     if server.workers > 1 and not settings.qdrant.url:
         fail(f"--workers {server.workers} needs a Qdrant server (HYDE_QDRANT__URL): the embedded store opens in one "
              "process only. Serve with --workers 1, or run Qdrant and ingest the collections there.")
-    from ..plugin.sqlstore import open_database
+    from ..experiment.sqlstore import open_database
 
     try:
         database = open_database(settings)
@@ -66,9 +66,9 @@ def experiment(
 
     On the embedded local model HyDE cannot help (its hypotheses never improved a search, and each costs
     10–40 s): a start asks for --force and says what the HyDE arm's learners would wait."""
-    from ..plugin.experiment import experiment_from_settings
-    from ..plugin.operations import change_experiment, experiment_status, hyde_cannot_help
-    from ..plugin.sqlstore import open_event_log
+    from ..experiment.assignment import experiment_from_settings
+    from ..experiment.operations import change_experiment, experiment_status, hyde_cannot_help
+    from ..experiment.sqlstore import open_event_log
 
     if action not in ("start", "stop", "share", "status"):
         fail(f"action must be start, stop, share or status, not {action!r}")

@@ -1,4 +1,4 @@
-"""IR metrics, eval arms, plots, the A/B report, the benchmark, the demo."""
+"""The IR harness (metrics, BEIR sets, eval arms, plots, agent replay, splits), the drills (bench, load, chaos) and the demo."""
 
 from .beir import ArmResult, BeirDataset, EvalQuery, evaluate_arms, load_beir, report_json, report_table
 from .metrics import mrr_at_k, ndcg_at_k, precision_at_k, recall_at_k, score_run

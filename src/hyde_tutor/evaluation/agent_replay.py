@@ -127,7 +127,7 @@ def AgentReplayModel(turns: dict[str, AgentTurn], *, only_tool: str | None = Non
     def answer(messages: list[Any], info: Any) -> Any:
         if any(isinstance(p, ToolReturnPart) for m in messages if isinstance(m, ModelRequest) for p in m.parts):
             return ModelResponse(parts=[TextPart(END_OF_TURN)])
-        from ..plugin.tutor import conversation
+        from ..plugin.capabilities import conversation
 
         history = list(conversation(messages))
         user = history.pop()[1] if history and history[-1][0] == "user" else ""

@@ -1,1 +1,2 @@
-"""What an agent plugs in: the search toolset, the tutor capabilities, the A/B experiment, the monitor, the chat turn."""
+"""What any pydantic-ai agent plugs in: the search toolset and its deps, the tool failure mapping, the monitor,
+and the tutor capabilities (``HydeTutor``, ``RetrieveFirst``)."""

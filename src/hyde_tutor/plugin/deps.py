@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..hyde import HydeRetriever
-from .experiment import Experiment, ReloadableExperiment
+from ..experiment.assignment import Experiment, ReloadableExperiment
 from .monitor import Monitor
 
 __all__ = ["TutorDeps"]
@@ -30,9 +30,9 @@ class TutorDeps:
     margins: dict[str, float | None] = field(default_factory=dict)
     """How sure each search of the turn was, keyed by its top entry's id: the top score's lead over the second,
     as a share of the top score (a chat turn clears it; the grounded reply's headline rule reads it)."""
-    """Tokens of this turn's last model request as sent (:class:`~hyde_tutor.plugin.context_fit.FitContext`)."""
+    """Tokens of this turn's last model request as sent (:class:`~hyde_tutor.tutor.context_fit.FitContext`)."""
     run_usage: Any = None
-    """The agent run's own usage object while it runs (set by :class:`~hyde_tutor.plugin.tutor.HydeTutor` at its
+    """The agent run's own usage object while it runs (set by :class:`~hyde_tutor.plugin.capabilities.HydeTutor` at its
     start): a turn cut short (the learner left, the model failed) reads what its requests spent so far."""
     _found_by_question: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
     _prefetched: dict[str, tuple[list[dict[str, Any]], list[str]]] = field(default_factory=dict, repr=False)

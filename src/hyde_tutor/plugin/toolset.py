@@ -25,7 +25,7 @@ from pydantic_ai.toolsets import FunctionToolset
 
 from ..errors import HydeTutorError, QueryValidationError
 from .deps import TutorDeps
-from .experiment import decide
+from ..experiment.assignment import decide
 from .failures import tool_failure_message
 from ..hyde import HydeResult, RetrievedDoc
 from ..hyde.hypotheses import Domain

@@ -1,4 +1,4 @@
-"""``hyde-tutor serve``: the tutor on the web (Starlette + uvicorn), a thin layer over :mod:`hyde_tutor.plugin.served`.
+"""``hyde-tutor serve``: the tutor on the web (Starlette + uvicorn), a thin layer over :mod:`hyde_tutor.tutor.served`.
 
 See docs/serving.md."""
 

@@ -1,6 +1,6 @@
 """The ASGI app of ``hyde-tutor serve`` (Starlette): the chat page, the chat and rating endpoints, the
 operator endpoints, health. A thin layer: it identifies the learner, applies the limits, and hands the turn
-to :class:`~hyde_tutor.plugin.served.ServedTutor` through pydantic-ai's Vercel AI adapter.
+to :class:`~hyde_tutor.tutor.served.ServedTutor` through pydantic-ai's Vercel AI adapter.
 
 ``create_app(parts)`` takes ready parts (tests pass a stub model); :func:`app_from_settings` builds them from
 settings the way ``hyde-tutor chat`` does; :func:`app_from_environment` is uvicorn's factory (each worker
@@ -32,8 +32,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..config import Settings
-from ..plugin.operations import change_experiment, experiment_status, learner_tag
-from ..plugin.served import ServedTutor
+from ..experiment.operations import change_experiment, experiment_status, learner_tag
+from ..tutor.served import ServedTutor
 from . import bodies
 from .chat import turn_stream
 from .history import shown_messages
@@ -188,7 +188,7 @@ def create_app(parts: ServerParts) -> Starlette:
         return JSONResponse({"messages": shown})
 
     async def rating(request: Request) -> Response:
-        from ..plugin.events import RatingEvent
+        from ..experiment.events import RatingEvent
 
         learner = required_learner(request)
         if isinstance(learner, Response):

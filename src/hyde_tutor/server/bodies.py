@@ -115,7 +115,7 @@ EXPERIMENT_SHAPE = 'send JSON {"action": "start"|"stop"|"share", "share": 0.5, "
 
 def experiment_change(body: bytes) -> tuple[Any, float | None, str | None, bool]:
     """``(action, share, name, force)`` of an operator's experiment change, or ``Malformed`` (the action itself
-    is checked by :func:`~hyde_tutor.plugin.operations.change_experiment`; ``force`` is ``"force": true`` only)."""
+    is checked by :func:`~hyde_tutor.experiment.operations.change_experiment`; ``force`` is ``"force": true`` only)."""
     data = _json_object(body, EXPERIMENT_SHAPE)
     action, share, name = data.get("action"), data.get("share"), data.get("name")
     if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float)) or not math.isfinite(share)):

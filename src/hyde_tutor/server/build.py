@@ -19,12 +19,12 @@ def outcome_report(log: Any, experiment: str | None, arms: tuple[str, ...] | Non
     """The A/B report of the event log: ``evaluation.abreport.outcome_report`` where it exists (its SRM check
     against the split the configured ``arms`` make), else the experiment's status and counts
     (``plugin.operations.experiment_status``)."""
-    from ..evaluation import abreport
+    from ..experiment import abreport
 
     report = getattr(abreport, "outcome_report", None)
     if report is not None:
         return report(log, experiment, arms=arms)
-    from ..plugin.operations import experiment_status
+    from ..experiment.operations import experiment_status
 
     return experiment_status(log, None)
 
@@ -35,17 +35,17 @@ def app_from_settings(settings: Settings | None = None, *, judge: Any = None, ag
     Args:
         settings: the settings (None: environment and ``.env``).
         judge: a relevance judge (``async maybe_judge(turn, question, entries) -> dict | None``); None: a
-            :class:`~hyde_tutor.plugin.judge.RelevanceJudge` on the configured model when it is a capable one
+            :class:`~hyde_tutor.experiment.judge.RelevanceJudge` on the configured model when it is a capable one
             (OpenAI or a compatible server) and ``HYDE_JUDGE__SHARE`` > 0; the embedded and replay models judge nothing.
         agent: a ready tutor agent in tools mode (a drill's stub model); None builds the configured one.
     """
     from ..hyde import HydeRetriever
     from ..llm.backends import make_llm
-    from ..plugin.chat import build_tutor_agent, default_chat_mode
-    from ..plugin.experiment import experiment_from_settings
-    from ..plugin.served import ServedTutor
-    from ..plugin.sqlconversations import SqlConversationStore
-    from ..plugin.sqlstore import SqlEventLog, open_database
+    from ..tutor.chat import build_tutor_agent, default_chat_mode
+    from ..experiment.assignment import experiment_from_settings
+    from ..tutor.served import ServedTutor
+    from ..experiment.sqlconversations import SqlConversationStore
+    from ..experiment.sqlstore import SqlEventLog, open_database
 
     settings = settings or Settings()
     _turn_logs()
@@ -72,7 +72,7 @@ def serving_cannot_help(llm: Any, settings: Settings) -> str | None:
     for ``force``; None for a capable model, and for a ready agent passed in (``llm`` None: a drill's stub)."""
     if llm is None or llm.kind != "local":
         return None
-    from ..plugin.operations import hyde_cannot_help
+    from ..experiment.operations import hyde_cannot_help
 
     return hyde_cannot_help(settings)
 
@@ -83,7 +83,7 @@ def default_judge(llm: Any, settings: Settings) -> Any:
     would queue learners behind it), on ``replay`` or with no LLM."""
     if llm is None or llm.kind in ("local", "replay") or settings.judge.share <= 0:
         return None
-    from ..plugin.judge import RelevanceJudge
+    from ..experiment.judge import RelevanceJudge
 
     return RelevanceJudge.for_backend(llm, settings)
 

@@ -1,5 +1,5 @@
 """The chat endpoint's stream: the agent run through pydantic-ai's Vercel AI adapter, with the served turn's
-cards and final reply as data parts (the turn's logic is :mod:`hyde_tutor.plugin.served`'s).
+cards and final reply as data parts (the turn's logic is :mod:`hyde_tutor.tutor.served`'s).
 
 What reaches the learner: a ``data-entries`` part as soon as a search has found entries (cards: pattern,
 Russian name, examples); the reply as standard ``text-start``/``text-delta``/``text-end`` parts on every
@@ -7,7 +7,7 @@ backend (a stock Vercel AI ``useChat`` client shows it); and a ``data-reply`` pa
 rate, and the reply the learner keeps: grounded in the entries, or the entries and one line when the model
 failed). A text reply streams as the model writes it; a structured answer's raw JSON is never sent: its head
 (the chosen entry) goes out as soon as the entry is decided, right after the search when the search is sure
-(:class:`~hyde_tutor.plugin.reply_stream.ReplyPacer`), and the rest when the reply is complete. The text parts
+(:class:`~hyde_tutor.tutor.reply_stream.ReplyPacer`), and the rest when the reply is complete. The text parts
 always add up to the reply kept (a reply replaced after it streamed follows as a text part of its own). Tool calls and raw tool results are not
 sent (the hypotheses and the arm are the operator's: an operator's request gets them in ``operator``).
 A model error's text never reaches the page; its type goes into the turn record and the log.
@@ -26,8 +26,8 @@ from pydantic_ai.ui.vercel_ai.response_types import (AbortChunk, BaseChunk, Data
                                                      TextStartChunk)
 from pydantic_ai.usage import UsageLimits
 
-from ..plugin.reply_stream import ReplyPacer
-from ..plugin.served import ServedTurn
+from ..tutor.reply_stream import ReplyPacer
+from ..tutor.served import ServedTurn
 from .history import keep_as_shown
 
 __all__ = ("turn_stream",)

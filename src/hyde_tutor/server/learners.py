@@ -2,7 +2,7 @@
 
 The cookie holds a random learner id and an HMAC-SHA256 of it under the server secret; a cookie whose
 signature does not match is refused (it is never read as someone's id). The learner id is the A/B subject
-id: :meth:`~hyde_tutor.plugin.experiment.Experiment.arm` is a pure hash of it, so a learner stays in one arm
+id: :meth:`~hyde_tutor.experiment.assignment.Experiment.arm` is a pure hash of it, so a learner stays in one arm
 across requests, workers and machines that share the secret.
 
 The secret is ``HYDE_SERVER__SECRET``; unset, it is generated once into ``HYDE_DATA_DIR/server-secret`` (mode

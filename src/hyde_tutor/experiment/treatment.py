@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from ..plugin.events import TurnRecord
+from .events import TurnRecord
 from ..plugin.monitor import RetrievalRecord
 
 __all__ = ("TREATMENT", "CONTROL", "received_treatment", "why_not_used", "hyde_searches")

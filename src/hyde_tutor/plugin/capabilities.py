@@ -126,7 +126,7 @@ PROBE_TIMEOUT_S = 2.0
 
 async def _will_generate(deps: TutorDeps) -> bool:
     """Whether this turn's searches may call the LLM (HyDE on for the subject): only then does the order matter."""
-    from .experiment import decide
+    from ..experiment.assignment import decide
 
     try:
         experiment = await deps.acurrent_experiment()
@@ -206,8 +206,8 @@ class HydeTutor(AbstractCapability[TutorDeps]):
     grammar_collection: str | None = "grammar"
     docs_collection: str | None = "docs"
     grounded: bool = False
-    """retrieve-first: instructions for a structured answer (:class:`~hyde_tutor.plugin.grounding.GroundedAnswer`;
-    pair it with ``output_type=NativeOutput(GroundedAnswer)``, as :func:`~hyde_tutor.plugin.chat.build_tutor_agent`
+    """retrieve-first: instructions for a structured answer (:class:`~hyde_tutor.tutor.grounding.GroundedAnswer`;
+    pair it with ``output_type=NativeOutput(GroundedAnswer)``, as :func:`~hyde_tutor.tutor.chat.build_tutor_agent`
     does)."""
 
     def __post_init__(self) -> None:

@@ -7,7 +7,7 @@ asks for a structured answer (:class:`GroundedAnswer`: which found entry, ONE Ko
 situation and its translation), constrained token by token through llama.cpp's JSON-schema grammar
 (pydantic-ai ``NativeOutput``), and :func:`reply_parts` writes the reply from the chosen entry: its name, its own
 explanation (whole sentences) and its own examples; the model's sentence is added only when the checks of
-:mod:`~hyde_tutor.plugin.checks` (no LLM) pass it. Nothing else the model wrote reaches the learner.
+:mod:`~hyde_tutor.tutor.checks` (no LLM) pass it. Nothing else the model wrote reaches the learner.
 
 For any model and any reply (capable models in tools mode write free text), :func:`ground_reply` is the
 last guard: when entries were found and the reply names none of them or holds no Korean, it is replaced
@@ -45,7 +45,7 @@ REPLACED_LINE = "[ответ модели не опирался на найде�
 
 class GroundedAnswer(BaseModel):
     """The tutor's structured answer: the chosen entry and ONE Korean sentence for the learner's situation, with
-    its Russian translation. The sentence is shown only when :func:`~hyde_tutor.plugin.checks.sentence_problem`
+    its Russian translation. The sentence is shown only when :func:`~hyde_tutor.tutor.checks.sentence_problem`
     finds nothing wrong with it; the explanation the learner reads is always the entry's own."""
 
     entry: int = Field(ge=1, le=MAX_ENTRIES, description="Номер статьи из списка найденных, по которой ты отвечаешь.")
@@ -165,13 +165,13 @@ def unescaped(text: str) -> str:
 
 Agrees = Callable[[str, str], bool]
 """``agrees(korean, russian)``: whether a Korean sentence and its translation say the same, and say what the
-learner asked (:func:`~hyde_tutor.plugin.checks.meaning_check`: a sentence embedder, no LLM)."""
+learner asked (:func:`~hyde_tutor.tutor.checks.meaning_check`: a sentence embedder, no LLM)."""
 
 
 def checked_sentence(answer: GroundedAnswer, e: dict[str, Any], earlier: Sequence[str] = (),
                      agrees: Agrees | None = None) -> ReplyPart | None:
     """The model's sentence as a reply part when it passes every check on entry ``e``
-    (:func:`~hyde_tutor.plugin.checks.sentence_problem`; the entry's own examples count as shown before) and,
+    (:func:`~hyde_tutor.tutor.checks.sentence_problem`; the entry's own examples count as shown before) and,
     the meaning check ``agrees``, shown with its translation. None (also without ``agrees``: its meaning would be
     unchecked): the entry's examples stand in."""
     korean = unescaped(answer.korean).strip("\"'«»“” ")
@@ -198,9 +198,9 @@ def reply_parts(answer: GroundedAnswer | None, entries: Sequence[dict[str, Any]]
 
     ``answer`` None: the parts known before the model answers (those of :func:`early_headline`'s entry, else of
     the top entry). ``headline``: the entry number, else by ``rule`` and ``margin`` (:func:`headline_entry`).
-    ``earlier``: the Korean the conversation already showed (:func:`~hyde_tutor.plugin.checks.korean_sentences`
+    ``earlier``: the Korean the conversation already showed (:func:`~hyde_tutor.tutor.checks.korean_sentences`
     of its earlier turns): a model sentence repeating it is not shown. ``agrees``: the meaning check
-    (:func:`~hyde_tutor.plugin.checks.meaning_check_of`); without it no model sentence is shown.
+    (:func:`~hyde_tutor.tutor.checks.meaning_check_of`); without it no model sentence is shown.
     """
     found = distinct_entries(entries)
     if not found:

@@ -3,7 +3,7 @@
 A chat that sends its whole history overflows the embedded model's 2048-token window after a few turns
 (``ModelContextWindowExceededError`` from the fourth of twelve questions) and keeps old topics in front of
 the model. :class:`FitContext` is a pydantic-ai capability that shapes each model request, not the stored
-conversation (:attr:`~hyde_tutor.plugin.chat.Turn.messages` keeps every turn):
+conversation (:attr:`~hyde_tutor.tutor.chat.Turn.messages` keeps every turn):
 
 1. earlier turns are cut to the last ``history_turns`` exchanges, each as the learner's message and the head
    of the tutor's reply (tool calls, tool returns with their entry texts, retry prompts left out: the embedded

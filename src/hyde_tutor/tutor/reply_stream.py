@@ -1,6 +1,6 @@
 """The words of a structured reply the learner can read before the model has finished.
 
-The embedded model answers in a structure (:class:`~hyde_tutor.plugin.grounding.GroundedAnswer`: which found
+The embedded model answers in a structure (:class:`~hyde_tutor.tutor.grounding.GroundedAnswer`: which found
 entry, a Korean sentence and its translation) that is rendered with the chosen entry only when it is complete, so
 a served turn used to show nothing until the last token. Yet the reply's head depends on the chosen entry
 alone: once that is decided (at once when the search is sure of its top entry, else when the model's JSON has
@@ -15,7 +15,7 @@ concatenates the text (a stock Vercel AI ``useChat``) shows the same reply as th
     rest = pacer.finish(final_text)     # what the reply adds to what was shown
 
 A text reply (capable models) streams as the model writes it; its pacer only remembers it (:meth:`streamed`), so
-that a reply replaced afterwards (:func:`~hyde_tutor.plugin.grounding.ground_reply`) follows in full.
+that a reply replaced afterwards (:func:`~hyde_tutor.tutor.grounding.ground_reply`) follows in full.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ _ENTRY_FIELD = re.compile(r'"entry"\s*:\s*(\d+)\s*[,}\s]')
 
 def lead_text(entries: Sequence[dict[str, Any]], number: int) -> str:
     """The part of a structured reply that depends only on its headline entry (``number``, 1-based; the top one
-    when out of range): the entry's own parts (:func:`~hyde_tutor.plugin.grounding.entry_parts`: headline,
+    when out of range): the entry's own parts (:func:`~hyde_tutor.tutor.grounding.entry_parts`: headline,
     explanation, examples), which every structured reply headed by it begins with. No line break after them:
     the rest of the reply brings its own."""
     found = distinct_entries(entries)

@@ -4,7 +4,7 @@ runs; the server only adapts HTTP to it).
 :class:`ServedTutor` holds what every turn shares: the tutor agent, the retriever, the event log, the
 experiment default, the optional relevance judge. :meth:`ServedTutor.start_turn` opens a
 :class:`ServedTurn`: its id, the learner's arm in the experiment running now (the log's latest
-:class:`~hyde_tutor.plugin.events.ExperimentEvent`, else the settings), the deps of the agent run. While the
+:class:`~hyde_tutor.experiment.events.ExperimentEvent`, else the settings), the deps of the agent run. While the
 run streams, :meth:`ServedTurn.new_cards` hands over the entries the searches found; at the end
 :meth:`ServedTurn.finish` writes the reply the learner keeps (grounded in the entries, or the entries and one
 line when the model failed), records the turn and its retrievals under one turn id, decides whether the
@@ -28,18 +28,18 @@ from pydantic_ai.usage import RunUsage
 
 from ..corpus.rendering import distinct_entries, format_entries
 from ..errors import HydeTutorError
-from .deps import TutorDeps
-from .events import EventLog, TurnRecord
-from .experiment import Experiment, arm_uses_hyde
+from ..plugin.deps import TutorDeps
+from ..experiment.events import EventLog, TurnRecord
+from ..experiment.assignment import Experiment, arm_uses_hyde
 from .checks import meaning_check_of
 from .grounding import (GroundedAnswer, HeadlineRule, earlier_korean, ground_reply, headline_entry, names_an_entry,
                         render_parts, reply_parts)
-from .monitor import Monitor, RetrievalRecord
-from .operations import current_experiment, entry_card, learner_tag, why_hyde
-from .rephrase import is_rephrase
+from ..plugin.monitor import Monitor, RetrievalRecord
+from ..experiment.operations import current_experiment, entry_card, learner_tag, why_hyde
+from ..experiment.rephrase import is_rephrase
 from .reply_stream import ReplyPacer
-from .toolset import compact_result
-from .tutor import conversation, retrieve_step
+from ..plugin.toolset import compact_result
+from ..plugin.capabilities import conversation, retrieve_step
 
 __all__ = ("ServedTurn", "ServedTutor", "estimate_tokens", "hypothesis_tokens")
 

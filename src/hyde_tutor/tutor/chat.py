@@ -25,16 +25,16 @@ from pydantic_ai import Agent, NativeOutput
 from pydantic_ai.messages import ModelMessage, ToolCallPart
 from pydantic_ai.usage import UsageLimits
 
-from .monitor import Monitor, RetrievalRecord
+from ..plugin.monitor import Monitor, RetrievalRecord
 from ..corpus.rendering import entry_label, format_entries
-from .tutor import TUTOR_MODES, HydeTutor, TutorMode, conversation
+from ..plugin.capabilities import TUTOR_MODES, HydeTutor, TutorMode, conversation
 from ..errors import HydeTutorError
 from .checks import meaning_check_of
 from .context_fit import REPLY_LINES, FitContext
 from .turn import Turn
 from .grounding import (GroundedAnswer, HeadlineRule, earlier_korean, ground_reply, headline_entry, render_parts,
                         reply_parts, with_answer_cap)
-from .toolset import TutorDeps, compact_result
+from ..plugin.toolset import TutorDeps, compact_result
 
 _log = logging.getLogger("hyde_tutor")
 ChatMode = TutorMode
@@ -65,9 +65,9 @@ def build_tutor_agent(
         mode: ``tools``, ``retrieve-first``, or ``auto`` (:func:`default_chat_mode` of the backend).
         grounded: retrieve-first asks for a structured answer (:class:`GroundedAnswer`, rendered with the
             chosen entry by :func:`answer_turn`); None: for the embedded local model, whose free text is
-            not reliably grounded. Every reply still passes :func:`~hyde_tutor.plugin.grounding.ground_reply`.
+            not reliably grounded. Every reply still passes :func:`~hyde_tutor.tutor.grounding.ground_reply`.
         temperature: the sampling temperature of every model call (None: the server's default).
-        history_turns: earlier exchanges the model sees (:class:`~hyde_tutor.plugin.context_fit.FitContext`;
+        history_turns: earlier exchanges the model sees (:class:`~hyde_tutor.tutor.context_fit.FitContext`;
             with the embedded model every request is also fitted to its context window; a structured answer's
             model sees an earlier reply's headline only, no Korean sentence to repeat).
         fit: the request fitting itself (default: :meth:`FitContext.for_backend` with ``history_turns``).
@@ -102,7 +102,7 @@ def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
     ``on_found`` (retrieve-first agents): search first and hand over what was found before the model
     starts, so a chat shows the entries while the model is still writing. ``on_text`` streams a text
     reply as it is generated (pydantic-ai ``run_stream_events``); a structured answer is not streamed.
-    ``headline``: which found entry heads a structured reply (:data:`~hyde_tutor.plugin.grounding.HeadlineRule`;
+    ``headline``: which found entry heads a structured reply (:data:`~hyde_tutor.tutor.grounding.HeadlineRule`;
     docs/MEASUREMENTS.md, "Offline tutor turn").
     """
     started = time.perf_counter()
@@ -217,7 +217,7 @@ def _run_streaming(agent: Agent[TutorDeps, Any], deps: TutorDeps, question: str,
 def _prefetch(deps: TutorDeps, question: str, history: Sequence[ModelMessage] = (), agent: Any = None) -> list[dict[str, Any]]:
     """The agent's retrieve-first searches (same collections, sizes, decision, records and results as in the
     run, the conversation in view), done now. Never raises: a failure is said as ``unavailable``."""
-    from .tutor import conversation, retrieve_step
+    from ..plugin.capabilities import conversation, retrieve_step
 
     try:
         entries = _turn_loop().run_until_complete(retrieve_step(agent).search(deps, question, conversation(history)))
@@ -232,7 +232,7 @@ def _prefetch(deps: TutorDeps, question: str, history: Sequence[ModelMessage] = 
 def _search_now(deps: TutorDeps, question: str, agent: Any = None) -> list[dict[str, Any]]:
     """Plain search of the agent's grammar then docs collections for ``question``, outside an agent run and
     outside the A/B records, on the chat's event loop (a second loop would strand the model's HTTP connections)."""
-    from .tutor import retrieve_step
+    from ..plugin.capabilities import retrieve_step
 
     step = retrieve_step(agent)
 

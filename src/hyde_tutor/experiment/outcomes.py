@@ -4,7 +4,7 @@ Per experiment period (a start, or a change of share, begins one: learners split
 samples that must not be pooled), per arm (the assigned arm, intention to treat; the treatment each turn
 received as a secondary view): learners, turns, the 👍 rate among rated turns and the rating coverage, the
 judge's relevance score, the grounded, rephrase, failed and abandoned rates, each with a 95 % interval
-clustered by learner (:mod:`~hyde_tutor.evaluation.abstats`), the hyde − raw differences with their intervals, a
+clustered by learner (:mod:`~hyde_tutor.experiment.abstats`), the hyde − raw differences with their intervals, a
 sample-ratio-mismatch check, the learners still needed to detect ``mde``, cost per turn and latency.
 
 Raw top scores are not compared: HyDE's fused scores and plain hybrid scores are on different scales.
@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..plugin.events import EventLog, ExperimentEvent, TurnRecord
-from ..plugin.experiment import Experiment
+from .events import EventLog, ExperimentEvent, TurnRecord
+from .assignment import Experiment
 from ..plugin.monitor import RetrievalRecord
 from .abstats import (SRM_ALPHA, Estimate, clustered_mean, clustered_proportion, mean_difference,
                       newcombe_difference, required_total, srm_check)
@@ -268,11 +268,11 @@ def outcome_report(log: EventLog, experiment: str | None = None, *, mde: float =
     """The A/B outcome report of one experiment in ``log``, as a JSON-ready dict.
 
     Args:
-        log: the event log (the server's SQL one, or a :class:`~hyde_tutor.plugin.events.MemoryEventLog`).
+        log: the event log (the server's SQL one, or a :class:`~hyde_tutor.experiment.events.MemoryEventLog`).
         experiment: its name; ``None``: the experiment of the latest experiment event (else of most turns).
         mde: the absolute difference of proportions the power figures are for (0.05 = 5 points).
         arms: the experiment's arms as configured (``HYDE_EXPERIMENT__ARMS``; the events carry the share only):
-            the SRM check tests the split :meth:`~hyde_tutor.plugin.experiment.Experiment.arm` made with them
+            the SRM check tests the split :meth:`~hyde_tutor.experiment.assignment.Experiment.arm` made with them
             (``raw,hyde`` by the share, any other list evenly). ``None``: ``raw,hyde``.
         planned_learners: the learners the always-valid intervals' mixture is tuned for (set before the
             experiment; any value keeps them valid).

@@ -1,6 +1,6 @@
 """The served tutor's database: the event log (:class:`SqlEventLog`) on SQLAlchemy, SQLite or PostgreSQL.
 
-One database holds what the server keeps: the conversations (:mod:`~hyde_tutor.plugin.sqlconversations`)
+One database holds what the server keeps: the conversations (:mod:`~hyde_tutor.experiment.sqlconversations`)
 and the A/B event log (turns, their retrievals, ratings, experiment changes). Every worker process, and
 every machine, writes to it, so ``ab-report --db`` reads one source::
 
@@ -23,7 +23,7 @@ from typing import Any
 
 from ..config import Settings
 from .events import OUTCOME_FIELDS, ExperimentEvent, RatingEvent, TurnRecord
-from .monitor import RetrievalRecord
+from ..plugin.monitor import RetrievalRecord
 
 __all__ = ("SqlDatabase", "SqlEventLog", "database_url", "open_database", "open_event_log")
 
@@ -204,7 +204,7 @@ def _retrieval(data: str) -> RetrievalRecord:
 
 
 class SqlEventLog:
-    """An :class:`~hyde_tutor.plugin.events.EventLog` in a SQL database (thread- and process-safe)."""
+    """An :class:`~hyde_tutor.experiment.events.EventLog` in a SQL database (thread- and process-safe)."""
 
     def __init__(self, database: SqlDatabase | str) -> None:
         self.database = database if isinstance(database, SqlDatabase) else SqlDatabase(database)

@@ -1,6 +1,6 @@
 """Always-valid (sequential) intervals for an A/B report, as free functions over counts (``math`` only).
 
-A fixed-horizon 95 % interval (:mod:`~hyde_tutor.evaluation.abstats`) is right once, at a sample size chosen in
+A fixed-horizon 95 % interval (:mod:`~hyde_tutor.experiment.abstats`) is right once, at a sample size chosen in
 advance; read every day and acted on the first time it excludes 0, it says "HyDE helps" far more often than 5 %
 when nothing differs. A *confidence sequence* holds at every look at once: the chance that it EVER excludes the
 true difference, however often it is read, is at most ``alpha``.

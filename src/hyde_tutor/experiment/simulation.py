@@ -1,7 +1,7 @@
 """A SIMULATED A/B experiment: simulated learners, a real split, the real tools path, outcomes from the qrels.
 
 Nothing here is a learner. Each simulated learner (an id) asks a few questions of the bundled eval sets; the
-real :class:`~hyde_tutor.plugin.experiment.Experiment` assigns the id an arm; every turn runs the tutor agent's
+real :class:`~hyde_tutor.experiment.assignment.Experiment` assigns the id an arm; every turn runs the tutor agent's
 tools path for real (a pydantic-ai ``Agent`` with :class:`~hyde_tutor.plugin.toolset.HydeSearchToolset`, the
 real retriever, store and embedder), its model replaying the RECORDED tool calls of a capable agent
 (:mod:`~hyde_tutor.evaluation.agent_replay`: the query and the hypothesis it wrote). The recorded turn ends
@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from ..plugin.deps import TutorDeps
-from ..plugin.events import EventLog, ExperimentEvent, MemoryEventLog, RatingEvent, TurnRecord
-from ..plugin.experiment import Experiment
+from .events import EventLog, ExperimentEvent, MemoryEventLog, RatingEvent, TurnRecord
+from .assignment import Experiment
 from ..plugin.monitor import RetrievalRecord
-from .agent_replay import AgentTurn, AgentReplayModel, ReplayStats
-from .beir import load_beir
+from ..evaluation.agent_replay import AgentTurn, AgentReplayModel, ReplayStats
+from ..evaluation.beir import load_beir
 
 __all__ = ("SimQuestion", "SimulationConfig", "load_questions", "simulate", "drop_learners", "PlainSearch",
            "known_effect")
@@ -155,7 +155,7 @@ async def simulate(retriever: Any, agent_turns: Mapping[str, AgentTurn], questio
         agent_turns: the recorded capable agent's tool calls (:func:`~hyde_tutor.evaluation.agent_replay.load_agent_turns`).
         questions: what the learners may ask (:func:`load_questions`).
         config: the learners' behaviour and the split.
-        log: where to write: any :class:`~hyde_tutor.plugin.events.EventLog` (the server's SQL one too); a new
+        log: where to write: any :class:`~hyde_tutor.experiment.events.EventLog` (the server's SQL one too); a new
             :class:`MemoryEventLog` by default.
         count_tokens: counts the tokens of the hypotheses the agent wrote (``str -> int``); words by default.
     """

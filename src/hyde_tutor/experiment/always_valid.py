@@ -1,5 +1,5 @@
 """The always-valid readout of an A/B period: each outcome's hyde − raw difference with a confidence sequence
-(:mod:`~hyde_tutor.evaluation.sequential`), and one decision line from the primary outcome.
+(:mod:`~hyde_tutor.experiment.sequential`), and one decision line from the primary outcome.
 
 Read it while the experiment runs: it may be looked at after every learner and acted on the first time it
 excludes 0. The fixed-horizon intervals beside it are for one look, at the planned end (the learners the power
@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..plugin.events import TurnRecord
+from .events import TurnRecord
 from .sequential import (ALPHA, METHOD_NAME, MIN_LEARNERS, PLANNED_LEARNERS, REFERENCES, SequentialDifference,
                          mixture_precision, sequential_means, sequential_proportions, verdict)
 

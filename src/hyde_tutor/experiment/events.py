@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from .monitor import RetrievalRecord
+from ..plugin.monitor import RetrievalRecord
 
 __all__ = ("TurnRecord", "RatingEvent", "ExperimentEvent", "EventLog", "MemoryEventLog", "OUTCOME_FIELDS")
 

@@ -1,7 +1,7 @@
 """What an operator of the served tutor does and sees: the experiment running now (toggled at run time, no
 restart), its status, and what a page shows of a found entry and of a search.
 
-The experiment running now is the event log's latest :class:`~hyde_tutor.plugin.events.ExperimentEvent`;
+The experiment running now is the event log's latest :class:`~hyde_tutor.experiment.events.ExperimentEvent`;
 before any, the settings' experiment (``HYDE_EXPERIMENT__*``). :func:`change_experiment` appends one: the
 CLI (``hyde-tutor experiment start|stop|status``) and the server's operator endpoint both call it, and every
 worker reads the change on its next turn.
@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from ..config import Settings
 from .events import EventLog, ExperimentEvent
-from .experiment import Experiment, arm_uses_hyde
-from .monitor import RetrievalRecord
+from .assignment import Experiment, arm_uses_hyde
+from ..plugin.monitor import RetrievalRecord
 
 __all__ = ("HydeCannotHelp", "change_experiment", "current_experiment", "entry_card", "experiment_status",
            "hyde_cannot_help", "learner_tag", "why_hyde")

@@ -193,7 +193,7 @@ class RelevanceJudge:
         """Judge ``turn`` if it is sampled, has entries and the caps allow; never raises.
 
         Returns:
-            The outcome fields for :meth:`~hyde_tutor.plugin.events.EventLog.update_turn` (``judge_score``,
+            The outcome fields for :meth:`~hyde_tutor.experiment.events.EventLog.update_turn` (``judge_score``,
             ``judge_calls``, ``judge_tokens``; a failed call sets no score), or ``None`` when no call was made.
         """
         if not entries or not sampled(turn.turn_id, self.settings.share):

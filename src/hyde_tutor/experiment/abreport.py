@@ -1,7 +1,7 @@
 """A/B reports.
 
 * Over a served tutor's event log (:func:`outcome_report`, :func:`format_outcome_report`; in
-  :mod:`~hyde_tutor.evaluation.outcomes`): did the learners of the HyDE arm fare better (ratings, judged relevance,
+  :mod:`~hyde_tutor.experiment.outcomes`): did the learners of the HyDE arm fare better (ratings, judged relevance,
   grounded, rephrase and failed rates, with clustered intervals, an SRM check and power), per experiment period.
 * Over the monitor's retrieval JSONL (:func:`arm_rows`, :func:`differences`, :func:`format_report`): the
   retrieval-only view (latency, fallbacks, result counts, HyDE cost per retrieval), a PNG chart. Its intervals:
@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..plugin.experiment import ARMS as EXPERIMENT_ARMS
-from ..plugin.experiment import arm_uses_hyde
+from .assignment import ARMS as EXPERIMENT_ARMS
+from .assignment import arm_uses_hyde
 from .outcome_text import format_outcome_report
 from .outcomes import outcome_report
 

@@ -1,7 +1,7 @@
 """Conversations of the served tutor in its SQL database: a pydantic-ai ``ConversationStore``.
 
 :class:`SqlConversationStore` implements the store's five primitives on the tables of
-:class:`~hyde_tutor.plugin.sqlstore.SqlDatabase` (SQLite or PostgreSQL), so every worker process continues
+:class:`~hyde_tutor.experiment.sqlstore.SqlDatabase` (SQLite or PostgreSQL), so every worker process continues
 the same conversations. A save is one transaction: the new entries and the record, the record replaced only
 when its revision is still the one the conversation was loaded with (a compare-and-swap ``UPDATE``), so two
 writers never overwrite each other unnoticed; the loser gets ``ConversationConflict``.

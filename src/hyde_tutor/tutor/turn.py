@@ -1,4 +1,4 @@
-"""One answered chat turn (:func:`~hyde_tutor.plugin.chat.answer_turn`'s result)."""
+"""One answered chat turn (:func:`~hyde_tutor.tutor.chat.answer_turn`'s result)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage
 
 from .grounding import GroundedAnswer, ReplyPart
-from .monitor import RetrievalRecord
+from ..plugin.monitor import RetrievalRecord
 
 __all__ = ("Turn",)
 
@@ -39,6 +39,6 @@ class Turn:
     answer: GroundedAnswer | None = None
     """The model's structured answer (a grounded agent), before :func:`render_answer` wrote ``text`` from it."""
     parts: tuple[ReplyPart, ...] = ()
-    """A structured reply's parts in order (:func:`~hyde_tutor.plugin.grounding.reply_parts`); ``text`` is them joined."""
+    """A structured reply's parts in order (:func:`~hyde_tutor.tutor.grounding.reply_parts`); ``text`` is them joined."""
     prompt_tokens: int | None = None
-    """Tokens of the turn's last model request as sent (after :class:`~hyde_tutor.plugin.context_fit.FitContext`)."""
+    """Tokens of the turn's last model request as sent (after :class:`~hyde_tutor.tutor.context_fit.FitContext`)."""

@@ -1,4 +1,4 @@
-"""The outcome report (:func:`~hyde_tutor.evaluation.outcomes.outcome_report`) as text for a terminal."""
+"""The outcome report (:func:`~hyde_tutor.experiment.outcomes.outcome_report`) as text for a terminal."""
 
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ def _always_valid(readout: dict[str, Any] | None) -> list[str]:
 
 
 def format_outcome_report(report: dict[str, Any]) -> str:
-    """A readable rendering of :func:`~hyde_tutor.evaluation.outcomes.outcome_report`'s dict."""
+    """A readable rendering of :func:`~hyde_tutor.experiment.outcomes.outcome_report`'s dict."""
     lines = [f"experiment {report['experiment'] or '(none named)'}: {report['learners']} learners, "
              f"{report['turns']} turns, {len(report['periods'])} period(s)"]
     lines += [f"WARNING: {w}" for w in report["warnings"]]
