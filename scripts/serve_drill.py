@@ -7,10 +7,15 @@ questions of the grammar eval set; time to first token, turns per second, failed
     HYDE_DATA_DIR=/tmp/x python scripts/serve_drill.py --sessions 50 --turns 4 --leave 0.333
     # the configured model (the embedded one with no key), a few sessions
     HYDE_DATA_DIR=/tmp/x python scripts/serve_drill.py --model configured --sessions 3 --turns 1
+    # the server under py-spy (a sampling profile, raw collapsed stacks; scripts/profile_table.py reads them)
+    HYDE_DATA_DIR=/tmp/x python scripts/serve_drill.py --py-spy /tmp/server.txt
 
 The collections must be ingested in HYDE_DATA_DIR first (`hyde-tutor ingest`). The server runs in a child
 process (`python -m uvicorn ... --factory`), one worker (the embedded store opens in one process only); its
-database is a fresh SQLite file under HYDE_DATA_DIR/drill-<time>.db. The figures are the client's view.
+database is a fresh SQLite file under HYDE_DATA_DIR/drill-<time>.db (``--database`` names another, e.g. a
+PostgreSQL URL). The figures are the client's view, then the server's own: its stage timings
+(``GET /api/operator/timings``, wall-clock per stage) and the CPU seconds per turn of the server process and of
+this client process (both share the machine's cores).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import asyncio
 import json
 import os
 import random
+import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -35,6 +42,7 @@ REPLY_WORDS = ("Скажите так: 주말에 부산에 가고 싶어요. К�
                "Для третьего лица говорят 고 싶어 하다: 친구가 가고 싶어 해요.").split(" ")
 
 
+TOKEN = "drill-operator-token"
 HYPOTHESIS = "Конструкция: -고 싶다\nНазвание: желание\nПример: 가고 싶어요. — Хочу пойти."
 
 
@@ -124,15 +132,18 @@ def main() -> None:
                         help="share of learners who close the stream at a random point of a random turn and leave; "
                              "an A/B experiment (hyde,raw at 50 %%) runs so the report's abandoned rate has arms")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--json", type=Path, help="write the per-turn rows here")
+    parser.add_argument("--json", type=Path, help="write the per-turn rows and the server's stage timings here")
+    parser.add_argument("--database", help="the server's database URL (default: a fresh SQLite file)")
+    parser.add_argument("--py-spy", type=Path, help="profile the server with py-spy into this file (raw stacks)")
     args = parser.parse_args()
     data_dir = Path(os.environ.get("HYDE_DATA_DIR", ".hyde")).resolve()
-    db = data_dir / f"drill-{int(time.time())}.db"
+    database = args.database or f"sqlite:///{data_dir / f'drill-{int(time.time())}.db'}"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     target = "serve_drill:stub_app" if args.model == "stub" else "hyde_tutor.server.build:app_from_environment"
-    env = {**os.environ, "HYDE_DATA_DIR": str(data_dir), "HYDE_SERVER__DATABASE_URL": f"sqlite:///{db}",
+    env = {**os.environ, "HYDE_DATA_DIR": str(data_dir), "HYDE_SERVER__DATABASE_URL": database,
+           "HYDE_SERVER__OPERATOR_TOKEN": TOKEN,
            "HYDE_SERVER__RATE_PER_MINUTE": "1000", "HYDE_SERVER__NEW_LEARNERS_PER_MINUTE": "1000",
            "DRILL_TOKEN_S": str(args.token_s),
            "HYDE_SERVER__TURN_TIMEOUT_S": "900", **({"HYDE_EXPERIMENT__ENABLED": "true"} if args.leave else {})}
@@ -150,6 +161,14 @@ def main() -> None:
             if server.poll() is not None or time.monotonic() > deadline:
                 sys.exit("the server did not start")
             time.sleep(0.5)
+        spy = None
+        if args.py_spy:
+            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(server.pid), "--gil", "--format", "raw",
+                                    "--rate", "100", "--output", str(args.py_spy)], stdout=subprocess.DEVNULL)
+            time.sleep(2)
+        operator = {"authorization": f"Bearer {TOKEN}"}
+        httpx.get(url + "/api/operator/timings?clear=1", headers=operator, timeout=10)
+        server_cpu, client_cpu = _cpu_seconds(server.pid), _own_cpu_seconds()  # (main, children), client
         questions = [json.loads(line)["text"] for line in (ROOT / "data/eval/grammar/queries.jsonl").read_text().splitlines()]
 
         rng = random.Random(args.seed)
@@ -163,12 +182,18 @@ def main() -> None:
         started = time.perf_counter()
         rows = [r for session in asyncio.run(everyone()) for r in session]
         wall = time.perf_counter() - started
+        after = _cpu_seconds(server.pid)
+        server_cpu, client_cpu = (after[0] - server_cpu[0], after[1] - server_cpu[1]), _own_cpu_seconds() - client_cpu
+        stages = httpx.get(url + "/api/operator/timings", headers=operator, timeout=30).json()["stages"]
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(120)
     finally:
         server.terminate()
         server.wait(120)
     from hyde_tutor.experiment.sqlstore import open_event_log
 
-    log = open_event_log(f"sqlite:///{db}")
+    log = open_event_log(database)
     stored = {t.turn_id for t in log.turns()}
     ttft = np.array([r["ttft"] for r in rows if r["ttft"] is not None])
     cards = np.array([r["cards"] for r in rows if r["cards"] is not None])
@@ -184,11 +209,37 @@ def main() -> None:
     print(f"turns/s {len(rows) / wall:.2f}; failed turns {failed}; events: {len(stored)} turns stored for "
           f"{len(rows)} turns served ({'all, once' if once else 'MISMATCH'}), "
           f"{len(log.retrievals())} retrievals")
+    print(f"cpu per turn: server process {server_cpu[0] / len(rows) * 1000:.1f} ms, its embedder process "
+          f"{server_cpu[1] / len(rows) * 1000:.1f} ms, this client "
+          f"{client_cpu / len(rows) * 1000:.1f} ms ({os.cpu_count()} cores; wall per turn "
+          f"{wall / len(rows) * 1000:.1f} ms)")
+    print("server stages (wall-clock, ms): " + "; ".join(
+        f"{name} n={s['n']} p50 {s['p50_ms']:.1f} p95 {s['p95_ms']:.1f} mean {s['mean_ms']:.1f}"
+        for name, s in stages.items()))
     if args.leave:
         abandoned(log, rows)
     print("load: " + Path("/proc/loadavg").read_text().strip())
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps({"rows": rows, "stages": stages, "server_cpu_s": server_cpu,
+                                         "client_cpu_s": client_cpu, "wall_s": wall}, indent=1))
+
+
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """User + system CPU seconds of a process (all its threads), and of its child processes (the embedder's)."""
+    import psutil
+
+    process = psutil.Process(pid)
+
+    def used(p: psutil.Process) -> float:
+        times = p.cpu_times()
+        return times.user + times.system
+
+    return used(process), sum(used(child) for child in process.children(recursive=True))
+
+
+def _own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def abandoned(log, rows: list[dict]) -> None:  # type: ignore[no-untyped-def]

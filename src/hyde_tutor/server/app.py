@@ -13,6 +13,7 @@ import asyncio
 import hmac
 import logging
 import math
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
@@ -34,6 +35,7 @@ from starlette.staticfiles import StaticFiles
 from ..config import Settings
 from ..experiment.operations import change_experiment, experiment_status, learner_tag
 from ..tutor.served import ServedTutor
+from ..tutor.timings import TimedConversationStore
 from . import bodies
 from .chat import turn_stream
 from .history import shown_messages
@@ -77,6 +79,7 @@ def create_app(parts: ServerParts) -> Starlette:
     minting = RateLimiter(server.new_learners_per_minute)  # new learners per client address
     proxies = Proxies(server.trusted_proxies)
     tutor, log = parts.tutor, parts.tutor.log
+    store = TimedConversationStore(parts.store, tutor.stages)  # the stages of GET /api/operator/timings
     in_flight = {"turns": 0}
 
     def learner_of(request: Request) -> str | None:
@@ -140,6 +143,7 @@ def create_app(parts: ServerParts) -> Starlette:
         return learner
 
     async def chat(request: Request) -> Response:
+        started = time.perf_counter()
         learner = required_learner(request)
         if isinstance(learner, Response):
             return learner
@@ -155,14 +159,17 @@ def create_app(parts: ServerParts) -> Starlette:
         if wait:
             return too_many(wait, f"too many messages: at most {server.rate_per_minute} a minute")
         conversation_id = f"{learner_tag(learner)}-{turn_in.chat_id}"
+        loading = time.perf_counter()
+        tutor.stages.add("request", loading - started)
         adapter = VercelAIAdapter(agent=tutor.agent, run_input=turn_in.run_input, accept=request.headers.get("accept"),
-                                  conversation_store=parts.store, conversation_scope=learner)
-        loaded = await parts.store.load(conversation_id, scope=learner)
+                                  conversation_store=store, conversation_scope=learner)
+        loaded = await store.load(conversation_id, scope=learner)
         refused = _refused_regenerate(adapter, loaded.messages if loaded else [])
         if refused:  # the adapter would refuse it: refused here, before it is a turn
             return _error(409, refused)
         turn = await tutor.start_turn(learner, conversation_id, turn_in.question, loaded.messages if loaded else (),
                                       loaded.usage if loaded else None)
+        tutor.stages.add("load", time.perf_counter() - loading)
 
         async def counted() -> AsyncIterator[Any]:
             in_flight["turns"] += 1
@@ -172,6 +179,7 @@ def create_app(parts: ServerParts) -> Starlette:
                     yield chunk
             finally:
                 in_flight["turns"] -= 1
+                tutor.stages.add("turn", time.perf_counter() - started)
 
         return adapter.streaming_response(counted())
 
@@ -184,7 +192,7 @@ def create_app(parts: ServerParts) -> Starlette:
         chat_id = request.path_params["chat_id"]
         if learner is None or not bodies.CHAT_ID.fullmatch(chat_id):  # no learner yet: no conversation
             return JSONResponse({"messages": []})
-        shown = await shown_messages(parts.store, f"{learner_tag(learner)}-{chat_id}", learner)
+        shown = await shown_messages(store, f"{learner_tag(learner)}-{chat_id}", learner)
         return JSONResponse({"messages": shown})
 
     async def rating(request: Request) -> Response:
@@ -224,6 +232,15 @@ def create_app(parts: ServerParts) -> Starlette:
         _log.warning("experiment %s: %s share %.2f (http)", event.change, event.experiment, event.hyde_share)
         return JSONResponse(asdict(event))
 
+    async def timings(request: Request) -> Response:
+        """Where the served turns' time went, stage by stage (``?clear=1`` starts afresh, after a warm-up)."""
+        if (refused := operator_refusal(request)) is not None:
+            return refused
+        summary = tutor.stages.summary()
+        if request.query_params.get("clear") == "1":
+            tutor.stages.clear()
+        return JSONResponse({"stages": summary, "turns_in_flight": in_flight["turns"]})
+
     async def report(request: Request) -> Response:
         if (refused := operator_refusal(request)) is not None:
             return refused
@@ -245,7 +262,7 @@ def create_app(parts: ServerParts) -> Starlette:
         Route("/", page), Route("/healthz", health), Route("/api/chat", chat, methods=["POST"]),
         Route("/api/chat/{chat_id}/messages", messages), Route("/api/rating", rating, methods=["POST"]),
         Route("/api/operator/status", status), Route("/api/operator/experiment", experiment, methods=["POST"]),
-        Route("/api/operator/report", report),
+        Route("/api/operator/report", report), Route("/api/operator/timings", timings),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     return Starlette(routes=routes, lifespan=lifespan,

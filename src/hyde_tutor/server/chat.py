@@ -16,6 +16,7 @@ A model error's text never reaches the page; its type goes into the turn record 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -112,7 +113,7 @@ async def turn_stream(adapter: VercelAIAdapter[Any, Any], turn: ServedTurn, *, o
     try:
         cards = await turn.prefetch()
         pacer, reply = turn.pacer(), _ReplyText()
-        finished = False
+        finished, run_started = False, time.perf_counter()
         async for chunk in adapter.transform_stream(native(), on_complete=on_complete):
             new = turn.new_cards()  # a search just ended (its tool result is this chunk): the cards go out now
             if new:
@@ -135,6 +136,7 @@ async def turn_stream(adapter: VercelAIAdapter[Any, Any], turn: ServedTurn, *, o
                 continue
             elif isinstance(chunk, (FinishChunk, DoneChunk)) and not finished:
                 finished = True
+                turn.tutor.stages.add("run", time.perf_counter() - run_started)
                 async for out in reply_chunks():
                     yield out
             elif str(getattr(chunk, "type", "")).startswith("tool-"):

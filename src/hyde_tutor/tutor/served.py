@@ -38,6 +38,7 @@ from ..plugin.monitor import Monitor, RetrievalRecord
 from ..experiment.operations import current_experiment, entry_card, learner_tag, why_hyde
 from ..experiment.rephrase import is_rephrase
 from .reply_stream import ReplyPacer
+from .timings import StageTimes
 from ..plugin.toolset import compact_result
 from ..plugin.capabilities import conversation, retrieve_step
 
@@ -96,6 +97,8 @@ class ServedTutor:
     headline: HeadlineRule = "unsure"
     """Which found entry heads a structured reply (the rule ``hyde-tutor chat`` uses)."""
     background: set[asyncio.Task[Any]] = field(default_factory=set, repr=False)
+    stages: StageTimes = field(default_factory=StageTimes, repr=False)
+    """Where the turns' time goes, stage by stage (``GET /api/operator/timings``)."""
 
     @property
     def structured(self) -> bool:
@@ -215,7 +218,8 @@ class ServedTurn:
         usage = live - self.prior_usage if live is not None else None
         if result is not None:
             try:
-                text, replaced, grounded, rank = await asyncio.to_thread(self._reply, result.output, entries)
+                with self.tutor.stages.time("reply"):
+                    text, replaced, grounded, rank = await asyncio.to_thread(self._reply, result.output, entries)
                 usage = result.usage - self.prior_usage  # this turn's requests and tokens only
             except ValueError as exc:
                 result, error = None, f"ValueError: {exc}"
@@ -235,7 +239,10 @@ class ServedTurn:
             agent_tokens_in=usage.input_tokens if usage else 0, agent_tokens_out=usage.output_tokens if usage else 0,
             agent_requests=usage.requests if usage else 0,
             hypothesis_tokens=hypothesis_tokens(result.new_messages(), self.tutor.count_tokens) if result else 0)
-        recorded = await self._record_safely(turn)
+        if self.monitor.turn_records:
+            self.tutor.stages.add("search", sum(r.total_ms for r in self.monitor.turn_records) / 1000)
+        with self.tutor.stages.time("events"):
+            recorded = await self._record_safely(turn)
         _log.info("turn %s learner %s arm %s %s in %.1f s", self.turn_id, learner_tag(self.subject), self.arm,
                   "abandoned" if abandoned else f"failed ({(error or 'Error').split(':', 1)[0]})" if turn.failed
                   else "answered", seconds)
