@@ -111,3 +111,43 @@ def test_a_failing_save_in_a_served_turn_logs_no_learner_text(tmp_path: Path, ca
     finally:
         for close in parts.closers:
             close()
+
+
+async def test_a_history_is_one_query_whatever_its_length_and_reads_as_the_walk_does(sql_db: SqlDatabase) -> None:
+    """Issue 40: the history was one SELECT per entry (an 8-turn chat: ~30 per load, two loads a turn)."""
+    from pydantic_ai.conversation_store import ConversationStore
+
+    store = SqlConversationStore(sql_db)
+    await store.save(_conversation("s1-c1", *[f"вопрос {i}" for i in range(12)]), scope="s1")
+    record = await store.read_record("s1-c1")
+    statements: list[str] = []
+
+    def count(conn, cursor, statement, *args) -> None:  # type: ignore[no-untyped-def]
+        if not statement.lstrip().upper().startswith(("BEGIN", "COMMIT", "ROLLBACK")):
+            statements.append(statement)
+
+    sa.event.listen(sql_db.engine, "before_cursor_execute", count)
+    try:
+        history = await store.read_history(record.head_id)
+    finally:
+        sa.event.remove(sql_db.engine, "before_cursor_execute", count)
+    assert len(history) == 24 and len(statements) == 1
+    for limit in (None, 0, 1, 5, 24, 30):  # the base class's walk, one entry at a time, is the reference
+        walked = await ConversationStore.read_history(store, record.head_id, limit=limit)
+        assert await store.read_history(record.head_id, limit=limit) == walked, limit
+    assert await store.read_history(None) == []
+
+
+async def test_a_history_with_a_missing_entry_names_it(sql_db: SqlDatabase) -> None:
+    store = SqlConversationStore(sql_db)
+    await store.save(_conversation("s1-c1", "раз", "два"), scope="s1")
+    record = await store.read_record("s1-c1")
+    history = await store.read_history(record.head_id)
+    gone = history[1].id
+    with sql_db.engine.begin() as conn:
+        conn.execute(sql_db.entries.delete().where(sql_db.entries.c.id == gone))
+    with pytest.raises(LookupError, match=f"conversation entry '{gone}' is not stored"):
+        await store.read_history(record.head_id)
+    assert len(await store.read_history(record.head_id, limit=2)) == 2  # the part above the gap still reads
+    with pytest.raises(LookupError, match="'nope' is not stored"):
+        await store.read_history("nope")

@@ -142,17 +142,27 @@ class SqlConversationStore(ConversationStore):
                                  message=_message_ta.validate_json(row["message"]))
 
     async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
-        """The history up to ``head_id``, read in one read transaction on one worker thread (one consistent view,
-        not one transaction per entry)."""
+        """The history up to ``head_id`` in one query (a recursive CTE walking the parent links, SQLite and
+        PostgreSQL alike), not one query per entry; ``LookupError`` names an entry the chain needs and the
+        database lacks."""
         return await asyncio.to_thread(self._read_history_sync, head_id, limit)
 
     def _read_history_sync(self, head_id: str | None, limit: int | None) -> list[ConversationEntry]:
-        entries: list[ConversationEntry] = []
-        entry_id = head_id
+        import sqlalchemy as sa
+
+        if head_id is None or limit == 0:
+            return []
+        e = self.database.entries
+        columns = (e.c.id, e.c.parent_id, e.c.kind, e.c.message)
+        chain = sa.select(*columns, sa.literal(1).label("depth")).where(e.c.id == head_id).cte("chain", recursive=True)
+        step = sa.select(*columns, (chain.c.depth + 1).label("depth")).join(chain, e.c.id == chain.c.parent_id)
+        if limit is not None:
+            step = step.where(chain.c.depth < limit)
+        chain = chain.union_all(step)
         with self.database.reader.begin() as conn:
-            while entry_id is not None and (limit is None or len(entries) < limit):
-                entry = self._entry(conn, entry_id)
-                entries.append(entry)
-                entry_id = entry.parent_id
-        entries.reverse()
-        return entries
+            rows = conn.execute(sa.select(chain).order_by(chain.c.depth.desc())).mappings().all()
+        missing = head_id if not rows else rows[0]["parent_id"]
+        if missing is not None and (limit is None or len(rows) < limit):
+            raise LookupError(f"conversation entry {missing!r} is not stored")
+        return [ConversationEntry(id=row["id"], parent_id=row["parent_id"], kind=row["kind"],
+                                  message=_message_ta.validate_json(row["message"])) for row in rows]
