@@ -134,6 +134,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", type=Path, help="write the per-turn rows and the server's stage timings here")
     parser.add_argument("--database", help="the server's database URL (default: a fresh SQLite file)")
+    parser.add_argument("--loop", default="auto", help="uvicorn's --loop (auto: uvloop when installed)")
+    parser.add_argument("--http", default="auto", help="uvicorn's --http (auto: httptools when installed)")
     parser.add_argument("--py-spy", type=Path, help="profile the server with py-spy into this file (raw stacks)")
     args = parser.parse_args()
     data_dir = Path(os.environ.get("HYDE_DATA_DIR", ".hyde")).resolve()
@@ -148,7 +150,7 @@ def main() -> None:
            "DRILL_TOKEN_S": str(args.token_s),
            "HYDE_SERVER__TURN_TIMEOUT_S": "900", **({"HYDE_EXPERIMENT__ENABLED": "true"} if args.leave else {})}
     server = subprocess.Popen([sys.executable, "-m", "uvicorn", target, "--factory", "--app-dir", str(ROOT / "scripts"),
-                               "--port", str(port), "--log-level", "warning"], env=env, cwd=ROOT)
+                               "--port", str(port), "--log-level", "warning", "--loop", args.loop, "--http", args.http], env=env, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300

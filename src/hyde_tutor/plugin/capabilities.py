@@ -215,6 +215,10 @@ class HydeTutor(AbstractCapability[TutorDeps]):
             raise ValueError(f"HydeTutor mode must be one of {', '.join(TUTOR_MODES)}, not {self.mode!r}")
         self._retrieve = RetrieveFirst(grammar_collection=self.grammar_collection, docs_collection=self.docs_collection,
                                        max_chars=GROUNDED_ENTRY_CHARS if self.grounded else RetrieveFirst.max_chars)
+        # built once: a toolset's tool schemas take ~5 ms of CPU to build, and every run asks for the toolset
+        # (its per-run state lives in the deps, so one toolset serves all runs, as an agent's own toolsets do)
+        self._toolset = (HydeSearchToolset(grammar_collection=self.grammar_collection,
+                                           docs_collection=self.docs_collection) if self.mode == "tools" else None)
 
     @property
     def retrieval(self) -> RetrieveFirst:
@@ -237,9 +241,7 @@ class HydeTutor(AbstractCapability[TutorDeps]):
             ctx.deps.run_usage = ctx.usage  # the run's live usage: a turn cut short still counts what it spent
 
     def get_toolset(self) -> Any:
-        if self.mode == "retrieve-first":
-            return None
-        return HydeSearchToolset(grammar_collection=self.grammar_collection, docs_collection=self.docs_collection)
+        return self._toolset
 
 
 def retrieve_step(agent: Any) -> RetrieveFirst:
