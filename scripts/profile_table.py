@@ -18,7 +18,7 @@ from pathlib import Path
 
 # (part, patterns in a frame's file): the deepest frame that matches any part decides the sample's part
 PARTS: list[tuple[str, tuple[str, ...]]] = [
-    ("HTTP (uvicorn, starlette, h11)", ("uvicorn/", "starlette/", "h11/", "httptools", "anyio/")),
+    ("HTTP (uvicorn, starlette, h11/httptools)", ("uvicorn/", "starlette/", "h11/", "httptools")),
     ("UI adapter (events to Vercel AI chunks, SSE encoding)", ("pydantic_ai/ui/",)),
     ("agent run (pydantic-ai graph, messages, tool calls)", ("pydantic_ai/", "pydantic_graph/", "genai_prices/")),
     ("stub model (the drill's FunctionModel)", ("serve_drill.py",)),

@@ -37,3 +37,53 @@ def test_the_tutor_builds_its_search_toolset_once_not_every_run(monkeypatch) -> 
     assert seen == [["docs_search", "grammar_search"]] * 3  # and every run still has both tools
     assert HydeTutor(mode="retrieve-first").get_toolset() is None
     assert capabilities.HydeTutor(mode="tools").get_toolset() is not tutor.get_toolset()  # one per tutor
+
+
+def test_a_served_turn_reads_its_conversation_once_not_twice(tmp_path) -> None:
+    """Was: the server loaded the conversation to open the turn, then the UI adapter loaded and parsed it again."""
+    from starlette.testclient import TestClient
+
+    from hyde_tutor.server import create_app
+
+    from .served_stub import stub_parts
+    from .test_server_api import _settings, ask
+
+    parts = stub_parts(tmp_path, _settings(tmp_path))
+    reads: list[str | None] = []
+    inner = parts.store.read_history
+
+    async def counting(head_id, *, limit=None):  # type: ignore[no-untyped-def]
+        reads.append(head_id)
+        return await inner(head_id, limit=limit)
+
+    parts.store.read_history = counting  # type: ignore[method-assign]
+    with TestClient(create_app(parts)) as client:
+        for text in ("Как сказать «хочу»?", "А в прошедшем времени?", "А вежливо?"):
+            response, chunks = ask(client, text)
+            assert response.status_code == 200
+            assert not next(c for c in chunks if c["type"] == "data-reply")["data"]["failed"]
+    assert len(reads) == 2  # turns 2 and 3 read the stored history once each (turn 1 has none stored)
+    (turn3,) = [t for t in parts.tutor.log.turns() if t.question_chars == len("А вежливо?")]
+    assert turn3.agent_requests == 2  # the run saw the stored conversation and added only its own requests
+
+
+async def test_the_handed_over_conversation_goes_to_one_matching_load_only() -> None:
+    from pydantic_ai.conversation import Conversation
+    from pydantic_ai.conversation_store import InMemoryConversationStore
+    from pydantic_ai.messages import ModelRequest, UserPromptPart
+
+    from hyde_tutor.server.history import LoadedOnce
+
+    inner = InMemoryConversationStore()
+    await inner.save(Conversation(messages=[ModelRequest(parts=[UserPromptPart("раз")])], conversation_id="c1"),
+                     scope="s1")
+    stored = await inner.load("c1", scope="s1")
+    handed = Conversation(messages=[], conversation_id="c1")
+    assert await LoadedOnce(inner, "c1", "s1", handed).load("c1", scope="s1") is handed
+    once = LoadedOnce(inner, "c1", "s1", handed)
+    await once.load("c1", scope="s1")
+    again = await once.load("c1", scope="s1")  # the second load reads the store
+    assert again is not handed and again.messages == stored.messages
+    for other in (LoadedOnce(inner, "c1", "s2", handed), LoadedOnce(inner, "c2", "s1", handed)):
+        assert await other.load("c1", scope="s1") is not handed  # another conversation or scope: read
+    assert await LoadedOnce(inner, "c1", "s1", handed).load("c1", scope="s1", limit=1) is not handed

@@ -33,6 +33,7 @@ __all__ = ("SqlConversationStore",)
 
 _message_ta: TypeAdapter[ModelMessage] = TypeAdapter(ModelMessage)
 _usage_ta: TypeAdapter[RunUsage] = TypeAdapter(RunUsage)
+_NO_LIMIT = 2**31 - 1
 _deferred_ta: TypeAdapter[DeferredToolRequests | None] = TypeAdapter(DeferredToolRequests | None)
 
 
@@ -60,6 +61,22 @@ class SqlConversationStore(ConversationStore):
 
     def __init__(self, database: SqlDatabase | str) -> None:
         self.database = database if isinstance(database, SqlDatabase) else SqlDatabase(database)
+        self._history: Any = None
+
+    def _history_query(self) -> Any:
+        """The history's recursive query, built once (building it took more CPU than running it)."""
+        if self._history is None:
+            import sqlalchemy as sa
+
+            e = self.database.entries
+            columns = (e.c.id, e.c.parent_id, e.c.kind, e.c.message)
+            chain = sa.select(*columns, sa.literal(1).label("depth")).where(
+                e.c.id == sa.bindparam("head")).cte("chain", recursive=True)
+            step = sa.select(*columns, (chain.c.depth + 1).label("depth")).join(
+                chain, e.c.id == chain.c.parent_id).where(chain.c.depth < sa.bindparam("limit"))
+            chain = chain.union_all(step)
+            self._history = sa.select(chain).order_by(chain.c.depth.desc())
+        return self._history
 
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
         return await asyncio.to_thread(self._read_record_sync, conversation_id)
@@ -148,19 +165,10 @@ class SqlConversationStore(ConversationStore):
         return await asyncio.to_thread(self._read_history_sync, head_id, limit)
 
     def _read_history_sync(self, head_id: str | None, limit: int | None) -> list[ConversationEntry]:
-        import sqlalchemy as sa
-
         if head_id is None or limit == 0:
             return []
-        e = self.database.entries
-        columns = (e.c.id, e.c.parent_id, e.c.kind, e.c.message)
-        chain = sa.select(*columns, sa.literal(1).label("depth")).where(e.c.id == head_id).cte("chain", recursive=True)
-        step = sa.select(*columns, (chain.c.depth + 1).label("depth")).join(chain, e.c.id == chain.c.parent_id)
-        if limit is not None:
-            step = step.where(chain.c.depth < limit)
-        chain = chain.union_all(step)
         with self.database.reader.begin() as conn:
-            rows = conn.execute(sa.select(chain).order_by(chain.c.depth.desc())).mappings().all()
+            rows = conn.execute(self._history_query(), {"head": head_id, "limit": limit or _NO_LIMIT}).mappings().all()
         missing = head_id if not rows else rows[0]["parent_id"]
         if missing is not None and (limit is None or len(rows) < limit):
             raise LookupError(f"conversation entry {missing!r} is not stored")

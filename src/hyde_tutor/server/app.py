@@ -38,7 +38,7 @@ from ..tutor.served import ServedTutor
 from ..tutor.timings import TimedConversationStore
 from . import bodies
 from .chat import turn_stream
-from .history import shown_messages
+from .history import LoadedOnce, shown_messages
 from .learners import COOKIE, BadIdentity, LearnerIdentity, RateLimiter
 from .limits import BodyTooLarge, Proxies, read_body
 
@@ -161,9 +161,10 @@ def create_app(parts: ServerParts) -> Starlette:
         conversation_id = f"{learner_tag(learner)}-{turn_in.chat_id}"
         loading = time.perf_counter()
         tutor.stages.add("request", loading - started)
-        adapter = VercelAIAdapter(agent=tutor.agent, run_input=turn_in.run_input, accept=request.headers.get("accept"),
-                                  conversation_store=store, conversation_scope=learner)
         loaded = await store.load(conversation_id, scope=learner)
+        adapter = VercelAIAdapter(agent=tutor.agent, run_input=turn_in.run_input, accept=request.headers.get("accept"),
+                                  conversation_store=LoadedOnce(store, conversation_id, learner, loaded),
+                                  conversation_scope=learner)
         refused = _refused_regenerate(adapter, loaded.messages if loaded else [])
         if refused:  # the adapter would refuse it: refused here, before it is a turn
             return _error(409, refused)

@@ -6,19 +6,21 @@ JSON, and for a replaced reply the text that was not shown. :func:`keep_as_shown
 read in its place (the old one stays stored on a branch), the way ``hyde-tutor chat`` keeps its history: the
 next turn's model request then carries the same earlier exchange on both paths, and a reload shows the reply
 that was read. :func:`shown_messages` reads the conversation back for the page, only under the learner's own
-scope.
+scope. :class:`LoadedOnce` hands the conversation the server loaded for a turn to the UI adapter's own load.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from typing import Any
 
-from pydantic_ai.conversation_store import ConversationStore
+from pydantic_ai.conversation import Conversation
+from pydantic_ai.conversation_store import ConversationEntry, ConversationRecord, ConversationStore
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
 
-__all__ = ("keep_as_shown", "shown_messages")
+__all__ = ("LoadedOnce", "keep_as_shown", "shown_messages")
 
 _log = logging.getLogger("hyde_tutor.server")
 
@@ -54,3 +56,41 @@ async def shown_messages(store: ConversationStore, conversation_id: str, scope: 
             if text and not text.startswith("{"):  # a structured answer's JSON, if it was not replaced: not shown
                 out.append({"role": "tutor", "text": text})
     return out
+
+
+class LoadedOnce(ConversationStore):
+    """``store`` as one chat request sees it: the conversation the server has just loaded for the turn (to check
+    the request and open the turn) is what the UI adapter's own load gets, once, instead of reading and parsing
+    it again. The adapter still reads the record after its load and refuses a conversation saved in between
+    (its revision changed), as it does with any store; every other call goes to ``store``."""
+
+    def __init__(self, store: ConversationStore, conversation_id: str, scope: str | None,
+                 loaded: Conversation | None) -> None:
+        self.store = store
+        self._handover: tuple[str, str | None, Conversation | None] | None = (conversation_id, scope, loaded)
+
+    async def load(self, conversation_id: str, *, limit: int | None = None,
+                   scope: str | None = None) -> Conversation | None:
+        handover, self._handover = self._handover, None
+        if handover is not None and handover[:2] == (conversation_id, scope) and limit is None:
+            return handover[2]
+        return await self.store.load(conversation_id, limit=limit, scope=scope)
+
+    async def read_record(self, conversation_id: str) -> ConversationRecord | None:
+        return await self.store.read_record(conversation_id)
+
+    async def read_records(self, *, scope: str | None = None, limit: int | None = None) -> Sequence[ConversationRecord]:
+        return await self.store.read_records(scope=scope, limit=limit)
+
+    async def write_record(self, record: ConversationRecord, *, new_entries: Sequence[ConversationEntry] = (),
+                           expected_revision: str | None) -> None:
+        await self.store.write_record(record, new_entries=new_entries, expected_revision=expected_revision)
+
+    async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
+        await self.store.delete_record(conversation_id, expected_revision=expected_revision)
+
+    async def read_entry(self, entry_id: str) -> ConversationEntry:
+        return await self.store.read_entry(entry_id)
+
+    async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
+        return await self.store.read_history(head_id, limit=limit)

@@ -109,8 +109,7 @@ class ServedTutor:
                          history: Sequence[ModelMessage] = (), usage: RunUsage | None = None) -> ServedTurn:
         """Open a turn: the experiment running now decides the learner's arm for the whole turn. ``usage``: the
         stored conversation's (the run adds to it; the turn's limit and cost count only what this turn adds)."""
-        experiment = await asyncio.to_thread(current_experiment, self.log, self.default_experiment)
-        previous = await asyncio.to_thread(self.log.last_turn, subject, conversation_id)
+        experiment, previous = await asyncio.to_thread(self._arm_and_previous, subject, conversation_id)
         monitor = TurnMonitor()
         deps = TutorDeps(self.retriever, experiment, monitor, subject)
         arm = experiment.arm(subject) if experiment is not None else "unassigned"
@@ -118,6 +117,10 @@ class ServedTutor:
         return ServedTurn(self, deps, monitor, uuid.uuid4().hex, subject, conversation_id, question,
                           experiment, arm, previous, prior[-1] if prior else None, tuple(history),
                           prior_usage=usage or RunUsage())
+
+    def _arm_and_previous(self, subject: str, conversation_id: str) -> tuple[Experiment | None, TurnRecord | None]:
+        """The experiment running now and the conversation's last turn: two reads, one worker-thread hop."""
+        return current_experiment(self.log, self.default_experiment), self.log.last_turn(subject, conversation_id)
 
     async def warm_up(self, collection: str = "grammar") -> None:
         """One plain search at startup, so the first learner does not wait for the embedder and the Korean analyser
