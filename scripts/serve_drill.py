@@ -133,12 +133,27 @@ def main() -> None:
                              "an A/B experiment (hyde,raw at 50 %%) runs so the report's abandoned rate has arms")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", type=Path, help="write the per-turn rows and the server's stage timings here")
-    parser.add_argument("--database", help="the server's database URL (default: a fresh SQLite file)")
+    parser.add_argument("--database", help="the server's database URL (default: a fresh SQLite file); "
+                                           "'throwaway-postgresql' starts a PostgreSQL cluster for the drill "
+                                           "(tests/pg_cluster.py: Debian's postgresql 15) and removes it after")
     parser.add_argument("--loop", default="auto", help="uvicorn's --loop (auto: uvloop when installed)")
     parser.add_argument("--http", default="auto", help="uvicorn's --http (auto: httptools when installed)")
     parser.add_argument("--py-spy", type=Path, help="profile the server with py-spy into this file (raw stacks)")
     args = parser.parse_args()
     data_dir = Path(os.environ.get("HYDE_DATA_DIR", ".hyde")).resolve()
+    if args.database == "throwaway-postgresql":
+        sys.path.insert(0, str(ROOT))
+        from tests.pg_cluster import pg_cluster
+
+        with pg_cluster() as url:
+            args.database = url
+            drill(args, data_dir)
+        return
+    drill(args, data_dir)
+
+
+def drill(args: argparse.Namespace, data_dir: Path) -> None:
+    """One drill against a server started here (see the module's docstring)."""
     database = args.database or f"sqlite:///{data_dir / f'drill-{int(time.time())}.db'}"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -206,7 +221,7 @@ def main() -> None:
     print(f"model {args.model}" + (f" ({1 / args.token_s:.0f} tokens/s)" if args.model == "stub" else "")
           + f", {args.sessions} concurrent sessions x {args.turns} turns = {len(rows)} turns in {wall:.1f} s")
     print(f"time to first token p50 {np.percentile(ttft, 50):.2f} s, p95 {np.percentile(ttft, 95):.2f} s; "
-          f"cards p50 {np.percentile(cards, 50):.2f} s; turn p50 {np.percentile(totals, 50):.2f} s, "
+          f"cards p50 {np.percentile(cards, 50):.2f} s, p95 {np.percentile(cards, 95):.2f} s; turn p50 {np.percentile(totals, 50):.2f} s, "
           f"p95 {np.percentile(totals, 95):.2f} s")
     print(f"turns/s {len(rows) / wall:.2f}; failed turns {failed}; events: {len(stored)} turns stored for "
           f"{len(rows)} turns served ({'all, once' if once else 'MISMATCH'}), "
