@@ -33,8 +33,8 @@ __all__ = ("SqlConversationStore",)
 
 _message_ta: TypeAdapter[ModelMessage] = TypeAdapter(ModelMessage)
 _usage_ta: TypeAdapter[RunUsage] = TypeAdapter(RunUsage)
-_NO_LIMIT = 2**31 - 1
 _deferred_ta: TypeAdapter[DeferredToolRequests | None] = TypeAdapter(DeferredToolRequests | None)
+_NO_LIMIT = 2**31 - 1
 
 
 def _record_data(record: ConversationRecord) -> str:
@@ -44,6 +44,11 @@ def _record_data(record: ConversationRecord) -> str:
         "forked_from": record.forked_from, "forked_at": record.forked_at, "branches": list(record.branches),
         "updated_at": record.updated_at.isoformat(), "format_version": record.format_version,
     })
+
+
+def _entry_from(row: Any) -> ConversationEntry:
+    return ConversationEntry(id=row["id"], parent_id=row["parent_id"], kind=row["kind"],
+                             message=_message_ta.validate_json(row["message"]))
 
 
 def _record_from(row: Any) -> ConversationRecord:
@@ -155,8 +160,7 @@ class SqlConversationStore(ConversationStore):
         row = conn.execute(e.select().where(e.c.id == entry_id)).mappings().first()
         if row is None:
             raise LookupError(f"conversation entry {entry_id!r} is not stored")
-        return ConversationEntry(id=row["id"], parent_id=row["parent_id"], kind=row["kind"],
-                                 message=_message_ta.validate_json(row["message"]))
+        return _entry_from(row)
 
     async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
         """The history up to ``head_id`` in one query (a recursive CTE walking the parent links, SQLite and
@@ -172,5 +176,4 @@ class SqlConversationStore(ConversationStore):
         missing = head_id if not rows else rows[0]["parent_id"]
         if missing is not None and (limit is None or len(rows) < limit):
             raise LookupError(f"conversation entry {missing!r} is not stored")
-        return [ConversationEntry(id=row["id"], parent_id=row["parent_id"], kind=row["kind"],
-                                  message=_message_ta.validate_json(row["message"])) for row in rows]
+        return [_entry_from(row) for row in rows]

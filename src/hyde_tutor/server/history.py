@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 from pydantic_ai.conversation import Conversation
-from pydantic_ai.conversation_store import ConversationEntry, ConversationRecord, ConversationStore
+from pydantic_ai.conversation_store import ConversationStore
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+
+from ..tutor.timings import ForwardingConversationStore
 
 __all__ = ("LoadedOnce", "keep_as_shown", "shown_messages")
 
@@ -58,7 +59,7 @@ async def shown_messages(store: ConversationStore, conversation_id: str, scope: 
     return out
 
 
-class LoadedOnce(ConversationStore):
+class LoadedOnce(ForwardingConversationStore):
     """``store`` as one chat request sees it: the conversation the server has just loaded for the turn (to check
     the request and open the turn) is what the UI adapter's own load gets, once, instead of reading and parsing
     it again. The adapter still reads the record after its load and refuses a conversation saved in between
@@ -66,7 +67,7 @@ class LoadedOnce(ConversationStore):
 
     def __init__(self, store: ConversationStore, conversation_id: str, scope: str | None,
                  loaded: Conversation | None) -> None:
-        self.store = store
+        super().__init__(store)
         self._handover: tuple[str, str | None, Conversation | None] | None = (conversation_id, scope, loaded)
 
     async def load(self, conversation_id: str, *, limit: int | None = None,
@@ -75,22 +76,3 @@ class LoadedOnce(ConversationStore):
         if handover is not None and handover[:2] == (conversation_id, scope) and limit is None:
             return handover[2]
         return await self.store.load(conversation_id, limit=limit, scope=scope)
-
-    async def read_record(self, conversation_id: str) -> ConversationRecord | None:
-        return await self.store.read_record(conversation_id)
-
-    async def read_records(self, *, scope: str | None = None, limit: int | None = None) -> Sequence[ConversationRecord]:
-        return await self.store.read_records(scope=scope, limit=limit)
-
-    async def write_record(self, record: ConversationRecord, *, new_entries: Sequence[ConversationEntry] = (),
-                           expected_revision: str | None) -> None:
-        await self.store.write_record(record, new_entries=new_entries, expected_revision=expected_revision)
-
-    async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
-        await self.store.delete_record(conversation_id, expected_revision=expected_revision)
-
-    async def read_entry(self, entry_id: str) -> ConversationEntry:
-        return await self.store.read_entry(entry_id)
-
-    async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
-        return await self.store.read_history(head_id, limit=limit)

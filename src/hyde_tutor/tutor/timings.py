@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from pydantic_ai.conversation_store import ConversationEntry, ConversationRecord, ConversationStore
 
-__all__ = ("STAGES", "StageTimes", "TimedConversationStore")
+__all__ = ("STAGES", "ForwardingConversationStore", "StageTimes", "TimedConversationStore")
 
 STAGES = ("request", "load", "search", "run", "reply", "events", "store read", "store write", "turn")
 
@@ -71,34 +72,46 @@ def _stats(values: list[float]) -> dict[str, float]:
             "p95_ms": pct(0.95)}
 
 
-class TimedConversationStore(ConversationStore):
-    """A ``ConversationStore`` that times each call of another one (``store read``, ``store write``)."""
+class ForwardingConversationStore(ConversationStore):
+    """A ``ConversationStore`` that passes every primitive to ``store``, each through :meth:`_forward` (a
+    subclass changes what one call does, or what every call does, in one place)."""
 
-    def __init__(self, store: ConversationStore, stages: StageTimes) -> None:
+    def __init__(self, store: ConversationStore) -> None:
         self.store = store
-        self.stages = stages
+
+    async def _forward(self, stage: str, call: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+        """Make one call of ``store`` (``stage``: ``store read`` or ``store write``)."""
+        return await call(*args, **kwargs)
 
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
-        with self.stages.time("store read"):
-            return await self.store.read_record(conversation_id)
+        return await self._forward("store read", self.store.read_record, conversation_id)
 
     async def read_records(self, *, scope: str | None = None, limit: int | None = None) -> Sequence[ConversationRecord]:
-        with self.stages.time("store read"):
-            return await self.store.read_records(scope=scope, limit=limit)
+        return await self._forward("store read", self.store.read_records, scope=scope, limit=limit)
 
     async def write_record(self, record: ConversationRecord, *, new_entries: Sequence[ConversationEntry] = (),
                            expected_revision: str | None) -> None:
-        with self.stages.time("store write"):
-            await self.store.write_record(record, new_entries=new_entries, expected_revision=expected_revision)
+        await self._forward("store write", self.store.write_record, record, new_entries=new_entries,
+                            expected_revision=expected_revision)
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
-        with self.stages.time("store write"):
-            await self.store.delete_record(conversation_id, expected_revision=expected_revision)
+        await self._forward("store write", self.store.delete_record, conversation_id,
+                            expected_revision=expected_revision)
 
     async def read_entry(self, entry_id: str) -> ConversationEntry:
-        with self.stages.time("store read"):
-            return await self.store.read_entry(entry_id)
+        return await self._forward("store read", self.store.read_entry, entry_id)
 
     async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
-        with self.stages.time("store read"):
-            return await self.store.read_history(head_id, limit=limit)
+        return await self._forward("store read", self.store.read_history, head_id, limit=limit)
+
+
+class TimedConversationStore(ForwardingConversationStore):
+    """A ``ConversationStore`` that times each call of another one (``store read``, ``store write``)."""
+
+    def __init__(self, store: ConversationStore, stages: StageTimes) -> None:
+        super().__init__(store)
+        self.stages = stages
+
+    async def _forward(self, stage: str, call: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+        with self.stages.time(stage):
+            return await call(*args, **kwargs)
