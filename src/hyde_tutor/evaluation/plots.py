@@ -84,14 +84,7 @@ def plot_eval(
     group_counts: Mapping[str, int] | None = None,
 ) -> Path:
     """Draw :func:`eval_figure` into a PNG at ``out`` and return the path."""
-    fig = eval_figure(report, metrics, title, group_counts)
-    out = Path(out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=100, format="png")
-    except OSError as exc:
-        raise HydeTutorError(f"Could not write the chart to {out}: {exc}") from exc
-    return out
+    return _save_png(eval_figure(report, metrics, title, group_counts), out)
 
 
 OUTCOME_BARS = (("thumbs_up", "thumbs up"), ("rating_coverage", "rated"), ("grounded", "grounded"),
@@ -147,7 +140,11 @@ def outcome_figure(report: Mapping[str, Any], period: int = -1) -> Any:
 
 def plot_outcomes(report: Mapping[str, Any], out: Path | str, period: int = -1) -> Path:
     """Draw :func:`outcome_figure` into a PNG at ``out`` and return the path."""
-    fig = outcome_figure(report, period)
+    return _save_png(outcome_figure(report, period), out)
+
+
+def _save_png(fig: Any, out: Path | str) -> Path:
+    """Write ``fig`` as a PNG at ``out`` (its folder made); a clear error when it cannot be written."""
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
