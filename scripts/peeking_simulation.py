@@ -272,16 +272,10 @@ def main() -> None:
     ap.add_argument("--table", type=Path, help="Reuse the question table of a JSON this script wrote.")
     ap.add_argument("--json", type=Path, help="Write the figures (and the question table) here.")
     ap.add_argument("--render", type=Path, help="Print the table of a JSON written by --json, and stop.")
-    args = ap.parse_args()
-    if args.render:
-        print(render(json.loads(args.render.read_text(encoding="utf-8"))))
-        return
-    out = run(args)
-    print(render(out))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, ensure_ascii=False, indent=1), encoding="utf-8")
-        print(f"\nwrote {args.json}", file=sys.stderr)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from simulate_experiment import report  # noqa: PLC0415  (the two simulations report alike)
+
+    report(ap.parse_args(), run, render)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +151,12 @@ def main() -> None:
                     help="Also repeat the runs for this many seeds (the first is --seed) and count how often the "
                          "intervals exclude 0, cover the known effect, and the SRM check fires.")
     ap.add_argument("--render", type=Path, help="Print the reports of a JSON written by --json, and stop.")
-    args = ap.parse_args()
+    report(ap.parse_args(), run, render)
+
+
+def report(args: argparse.Namespace, run: Callable[[argparse.Namespace], dict[str, Any]],
+           render: Callable[[dict[str, Any]], str]) -> None:
+    """``--render FILE``: print a JSON written before, and stop; else run, print, and write ``--json``."""
     if args.render:
         print(render(json.loads(args.render.read_text(encoding="utf-8"))))
         return
