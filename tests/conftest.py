@@ -110,6 +110,25 @@ def default_model_env(isolated_env: Path, joined_qwen: Path) -> Path:
 
 
 @pytest.fixture()
+def long_chat_questions(default_model_env: Path) -> list[str]:
+    """The bundled corpus ingested (grammar, docs) with the default model at hand, and the questions of
+    data/eval/long_chat, for the long-chat tests of the chat and the served tutor."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from hyde_tutor.cli import app
+
+    root = Path(__file__).resolve().parent.parent
+    for name in ("grammar", "docs"):
+        result = CliRunner().invoke(app, ["ingest", "--collection", name, "--file", str(root / "data" / f"{name}.jsonl")])
+        assert result.exit_code == 0, result.output
+    questions = [json.loads(line)["text"] for line in
+                 (root / "data" / "eval" / "long_chat" / "questions.jsonl").read_text(encoding="utf-8").splitlines()]
+    return questions
+
+
+@pytest.fixture()
 def small_corpus(isolated_env: Path) -> Path:
     """Six bundled grammar entries as a JSONL file."""
     lines = (DATA / "grammar.jsonl").read_text(encoding="utf-8").splitlines()

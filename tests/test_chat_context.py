@@ -94,21 +94,13 @@ def test_the_turns_model_call_carries_the_chats_temperature(retriever) -> None:
 
 
 @pytest.mark.slow
-def test_twelve_questions_in_one_chat_with_the_embedded_model_are_all_answered(default_model_env: Path) -> None:
+def test_twelve_questions_in_one_chat_with_the_embedded_model_are_all_answered(long_chat_questions: list[str]) -> None:
     """Issue 32: the whole history used to go to the 2048-token model, and from the fourth question on turns
     ended in ModelContextWindowExceededError. Every turn is now answered, and the request stays bounded."""
-    from typer.testing import CliRunner
-
-    from hyde_tutor.cli import app
     from hyde_tutor.config import Settings
     from hyde_tutor.llm.backends import make_llm
 
-    root = Path(__file__).resolve().parent.parent
-    for name in ("grammar", "docs"):
-        result = CliRunner().invoke(app, ["ingest", "--collection", name, "--file", str(root / "data" / f"{name}.jsonl")])
-        assert result.exit_code == 0, result.output
-    questions = [json.loads(line)["text"] for line in
-                 (root / "data" / "eval" / "long_chat" / "questions.jsonl").read_text(encoding="utf-8").splitlines()]
+    questions = long_chat_questions
     settings = Settings()
     llm = make_llm(settings)
     hr = HydeRetriever.from_settings(settings)

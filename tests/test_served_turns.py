@@ -49,22 +49,12 @@ def test_a_served_conversation_of_twenty_turns_answers_every_turn(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_twenty_turns_of_one_served_chat_on_the_embedded_model_are_all_answered(default_model_env: Path) -> None:
+def test_twenty_turns_of_one_served_chat_on_the_embedded_model_are_all_answered(long_chat_questions: list[str]) -> None:
     """Issue 37: on the served default (embedded model, retrieve-first, one request a turn) turns 7 and 8 of a
     chat failed at once with UsageLimitExceeded. Twenty questions of one chat through the real app: all answered."""
-    import json
-
-    from typer.testing import CliRunner
-
-    from hyde_tutor.cli import app
     from hyde_tutor.server import app_from_settings
 
-    root = Path(__file__).resolve().parent.parent
-    for name in ("grammar", "docs"):
-        result = CliRunner().invoke(app, ["ingest", "--collection", name, "--file", str(root / "data" / f"{name}.jsonl")])
-        assert result.exit_code == 0, result.output
-    questions = [json.loads(line)["text"] for line in
-                 (root / "data" / "eval" / "long_chat" / "questions.jsonl").read_text(encoding="utf-8").splitlines()]
+    questions = long_chat_questions
     # a turn takes 9-18 s on an idle machine; the generous timeout keeps a loaded CI machine from failing a turn
     settings = Settings(server={"allowed_hosts": HOSTS, "rate_per_minute": 1000, "turn_timeout_s": 1200,
                                 "host_secret": "host-secret"})

@@ -6,7 +6,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from hyde_tutor.plugin import capabilities, toolset
+from hyde_tutor.plugin import toolset
 from hyde_tutor.plugin.capabilities import HydeTutor
 from hyde_tutor.plugin.deps import TutorDeps
 
@@ -36,7 +36,7 @@ def test_the_tutor_builds_its_search_toolset_once_not_every_run(monkeypatch) -> 
     assert len(built) == 1  # no toolset built by the runs
     assert seen == [["docs_search", "grammar_search"]] * 3  # and every run still has both tools
     assert HydeTutor(mode="retrieve-first").get_toolset() is None
-    assert capabilities.HydeTutor(mode="tools").get_toolset() is not tutor.get_toolset()  # one per tutor
+    assert HydeTutor(mode="tools").get_toolset() is not tutor.get_toolset()  # one per tutor
 
 
 def test_a_served_turn_reads_its_conversation_once_not_twice(tmp_path) -> None:
