@@ -35,6 +35,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from drill_http import Connection
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLY_WORDS = ("Скажите так: 주말에 부산에 가고 싶어요. Конструкция -고 싶다 выражает желание самого говорящего: "
@@ -89,8 +90,9 @@ async def learner(url: str, n: int, questions: list[str], turns: int,
     """One learner's turns; ``leave`` = (turn, j): in that turn close the stream after the cards (j = 0) or after
     the j-th text chunk, and ask nothing more."""
     out = []
-    async with httpx.AsyncClient(base_url=url, timeout=900) as client:
-        await client.get("/")
+    async with Connection(url) as client:
+        async with asyncio.timeout(900):
+            await client.get("/")
         for i in range(turns):
             text = questions[(n * turns + i) % len(questions)]
             body = {"id": f"drill{n}", "trigger": "submit-message",
@@ -98,8 +100,8 @@ async def learner(url: str, n: int, questions: list[str], turns: int,
             started = time.perf_counter()
             first = cards = None
             failed, turn_id, deltas, left = True, None, 0, False
-            async with client.stream("POST", "/api/chat", json=body) as response:
-                async for line in response.aiter_lines():
+            async with asyncio.timeout(900):
+                async for line in client.stream_lines("/api/chat", body):
                     if not line.startswith("data: {"):
                         continue
                     chunk = json.loads(line[6:])
@@ -114,9 +116,10 @@ async def learner(url: str, n: int, questions: list[str], turns: int,
                         first = first if first is not None else now  # a structured answer arrives whole
                     if leave is not None and leave[0] == i and (cards is not None and deltas >= leave[1]):
                         left = True
-                        break  # leaving the block closes the connection mid-stream
+                        client.close()  # the learner closes the connection mid-stream
+                        break
             out.append({"ttft": first, "cards": cards, "total": time.perf_counter() - started, "failed": failed,
-                        "status": response.status_code, "turn_id": turn_id, "left": left})
+                        "status": client.status, "turn_id": turn_id, "left": left})
             if left:
                 break
     return out
@@ -138,6 +141,8 @@ def main() -> None:
                                            "(tests/pg_cluster.py: Debian's postgresql 15) and removes it after")
     parser.add_argument("--loop", default="auto", help="uvicorn's --loop (auto: uvloop when installed)")
     parser.add_argument("--http", default="auto", help="uvicorn's --http (auto: httptools when installed)")
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (each serves its own copy "
+                                                                "of the embedded store)")
     parser.add_argument("--py-spy", type=Path, help="profile the server with py-spy into this file (raw stacks)")
     args = parser.parse_args()
     data_dir = Path(os.environ.get("HYDE_DATA_DIR", ".hyde")).resolve()
@@ -163,9 +168,10 @@ def drill(args: argparse.Namespace, data_dir: Path) -> None:
            "HYDE_SERVER__OPERATOR_TOKEN": TOKEN,
            "HYDE_SERVER__RATE_PER_MINUTE": "1000", "HYDE_SERVER__NEW_LEARNERS_PER_MINUTE": "1000",
            "DRILL_TOKEN_S": str(args.token_s),
-           "HYDE_SERVER__TURN_TIMEOUT_S": "900", **({"HYDE_EXPERIMENT__ENABLED": "true"} if args.leave else {})}
+           "HYDE_SERVER__TURN_TIMEOUT_S": "900", "HYDE_SERVER__WORKERS": str(args.workers), **({"HYDE_EXPERIMENT__ENABLED": "true"} if args.leave else {})}
     server = subprocess.Popen([sys.executable, "-m", "uvicorn", target, "--factory", "--app-dir", str(ROOT / "scripts"),
-                               "--port", str(port), "--log-level", "warning", "--loop", args.loop, "--http", args.http], env=env, cwd=ROOT)
+                               "--port", str(port), "--log-level", "warning", "--loop", args.loop, "--http", args.http,
+                               "--workers", str(args.workers)], env=env, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
@@ -178,6 +184,8 @@ def drill(args: argparse.Namespace, data_dir: Path) -> None:
             if server.poll() is not None or time.monotonic() > deadline:
                 sys.exit("the server did not start")
             time.sleep(0.5)
+        if args.workers > 1:
+            _wait_idle(server.pid, deadline)  # the first healthy answer came from one worker; the others may still load
         spy = None
         if args.py_spy:
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(server.pid), "--gil", "--format", "raw",
@@ -185,7 +193,7 @@ def drill(args: argparse.Namespace, data_dir: Path) -> None:
             time.sleep(2)
         operator = {"authorization": f"Bearer {TOKEN}"}
         httpx.get(url + "/api/operator/timings?clear=1", headers=operator, timeout=10)
-        server_cpu, client_cpu = _cpu_seconds(server.pid), _own_cpu_seconds()  # (main, children), client
+        server_cpu, client_cpu = _cpu_seconds(server.pid, args.workers), _own_cpu_seconds()  # (main, children), client
         questions = [json.loads(line)["text"] for line in (ROOT / "data/eval/grammar/queries.jsonl").read_text().splitlines()]
 
         rng = random.Random(args.seed)
@@ -199,7 +207,7 @@ def drill(args: argparse.Namespace, data_dir: Path) -> None:
         started = time.perf_counter()
         rows = [r for session in asyncio.run(everyone()) for r in session]
         wall = time.perf_counter() - started
-        after = _cpu_seconds(server.pid)
+        after = _cpu_seconds(server.pid, args.workers)
         server_cpu, client_cpu = (after[0] - server_cpu[0], after[1] - server_cpu[1]), _own_cpu_seconds() - client_cpu
         stages = httpx.get(url + "/api/operator/timings", headers=operator, timeout=30).json()["stages"]
         if spy is not None:
@@ -226,11 +234,12 @@ def drill(args: argparse.Namespace, data_dir: Path) -> None:
     print(f"turns/s {len(rows) / wall:.2f}; failed turns {failed}; events: {len(stored)} turns stored for "
           f"{len(rows)} turns served ({'all, once' if once else 'MISMATCH'}), "
           f"{len(log.retrievals())} retrievals")
-    print(f"cpu per turn: server process {server_cpu[0] / len(rows) * 1000:.1f} ms, its embedder process "
+    print(f"cpu per turn: server {'process' if args.workers == 1 else f'({args.workers} workers)'} "
+          f"{server_cpu[0] / len(rows) * 1000:.1f} ms, its embedder process{'es' if args.workers > 1 else ''} "
           f"{server_cpu[1] / len(rows) * 1000:.1f} ms, this client "
           f"{client_cpu / len(rows) * 1000:.1f} ms ({os.cpu_count()} cores; wall per turn "
           f"{wall / len(rows) * 1000:.1f} ms)")
-    print("server stages (wall-clock, ms): " + "; ".join(
+    print(f"server stages ({'wall-clock' if args.workers == 1 else 'one worker of ' + str(args.workers)}, ms): " + "; ".join(
         f"{name} n={s['n']} p50 {s['p50_ms']:.1f} p95 {s['p95_ms']:.1f} mean {s['mean_ms']:.1f}"
         for name, s in stages.items()))
     if args.leave:
@@ -241,17 +250,36 @@ def drill(args: argparse.Namespace, data_dir: Path) -> None:
                                          "client_cpu_s": client_cpu, "wall_s": wall}, indent=1))
 
 
-def _cpu_seconds(pid: int) -> tuple[float, float]:
-    """User + system CPU seconds of a process (all its threads), and of its child processes (the embedder's)."""
+def _cpu_seconds(pid: int, workers: int = 1) -> tuple[float, float]:
+    """User + system CPU seconds of the server (all its threads; with several workers, uvicorn's supervisor and its
+    worker processes), and of the processes those started (the embedders')."""
     import psutil
 
     process = psutil.Process(pid)
 
     def used(p: psutil.Process) -> float:
-        times = p.cpu_times()
+        try:
+            times = p.cpu_times()
+        except psutil.NoSuchProcess:
+            return 0.0
         return times.user + times.system
 
-    return used(process), sum(used(child) for child in process.children(recursive=True))
+    servers = [process] + (process.children() if workers > 1 else [])
+    serving = {p.pid for p in servers}
+    rest = {c.pid: c for p in servers for c in p.children(recursive=True) if c.pid not in serving}
+    return sum(used(p) for p in servers), sum(used(c) for c in rest.values())
+
+
+def _wait_idle(pid: int, deadline: float) -> None:
+    """Wait until every worker process of the uvicorn supervisor ``pid`` has started and stopped loading (under
+    10 % of a core for a second)."""
+    import psutil
+
+    while time.monotonic() < deadline:
+        workers = psutil.Process(pid).children()
+        if workers and all(w.cpu_percent(interval=1.0) < 10 for w in workers):
+            return
+    sys.exit("the workers did not settle")
 
 
 def _own_cpu_seconds() -> float:

@@ -28,7 +28,10 @@ def test_the_experiment_command_writes_events_the_server_reads(isolated_env: Pat
         ("start", 0.3, True, "cli"), ("share", 0.6, True, "cli"), ("stop", 0.6, False, "cli")]
 
 
-def test_serve_refuses_several_workers_on_the_embedded_store(isolated_env: Path, monkeypatch) -> None:
+def test_serve_refuses_several_workers_on_qdrant_client_local_mode(isolated_env: Path, monkeypatch) -> None:
+    """The embedded store serves several workers (a copy each: tests/test_store_replicas.py); qdrant-client's
+    local mode opens in one process only, so several workers are refused before uvicorn starts."""
     monkeypatch.setenv("HYDE_SERVER__WORKERS", "1")  # serve writes its options to the environment: undone after
+    monkeypatch.setenv("HYDE_QDRANT__LOCAL", "true")
     result = CliRunner().invoke(app, ["serve", "--workers", "2"])
-    assert result.exit_code == 2 and "HYDE_QDRANT__URL" in result.output
+    assert result.exit_code == 2 and "HYDE_QDRANT__LOCAL" in result.output and "one process only" in result.output

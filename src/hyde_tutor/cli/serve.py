@@ -33,9 +33,10 @@ def serve(
             os.environ[key] = str(value)  # the worker processes read their settings from the environment
     settings = Settings()
     server = settings.server
-    if server.workers > 1 and not settings.qdrant.url:
-        fail(f"--workers {server.workers} needs a Qdrant server (HYDE_QDRANT__URL): the embedded store opens in one "
-             "process only. Serve with --workers 1, or run Qdrant and ingest the collections there.")
+    if server.workers > 1 and settings.qdrant.local and not settings.qdrant.url:
+        fail(f"--workers {server.workers} cannot share qdrant-client's local mode (HYDE_QDRANT__LOCAL): it opens in "
+             "one process only. Serve with --workers 1, or use the embedded store (each worker serves its own "
+             "copy) or a Qdrant server (HYDE_QDRANT__URL).")
     from ..experiment.sqlstore import open_database
 
     try:

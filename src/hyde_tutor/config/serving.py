@@ -29,7 +29,7 @@ class ServerSettings(BaseModel):
                                      "unset = SQLite data_dir/served.db; postgresql://user:pw@host/db (psycopg 3).")
     host: str = Field("127.0.0.1", description="Address uvicorn listens on.")
     port: int = Field(8000, ge=1, le=65535, description="Port uvicorn listens on.")
-    workers: int = Field(1, ge=1, le=64, description="uvicorn workers (>1 needs HYDE_QDRANT__URL).")
+    workers: int = Field(1, ge=1, le=64, description="uvicorn workers; with the embedded store each serves its own read-only copy.")
     secret: SecretStr | None = Field(None, description="Signs learner cookies; unset = data_dir/server-secret.")
     operator_token: SecretStr | None = Field(None, description="Bearer token of the operator endpoints (unset: 403).")
     host_secret: SecretStr | None = Field(None, description="Lets a host app name the learner (X-Hyde-Learner).")

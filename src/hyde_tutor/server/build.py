@@ -40,6 +40,8 @@ def app_from_settings(settings: Settings | None = None, *, judge: Any = None, ag
         agent: a ready tutor agent in tools mode (a drill's stub model); None builds the configured one.
     """
     from ..hyde import HydeRetriever
+    from ..retrieval.retriever import Retriever
+    from ..retrieval.store import open_store
     from ..llm.backends import make_llm
     from ..tutor.chat import build_tutor_agent, default_chat_mode
     from ..experiment.assignment import experiment_from_settings
@@ -51,7 +53,9 @@ def app_from_settings(settings: Settings | None = None, *, judge: Any = None, ag
     _turn_logs()
     database = open_database(settings)
     llm = make_llm(settings) if agent is None else None
-    retriever = HydeRetriever.from_settings(settings)
+    # several workers: each serves its own copy of the embedded store (the engine opens a shard in one process)
+    store = open_store(settings, replica=settings.server.workers > 1)
+    retriever = HydeRetriever.from_settings(settings, Retriever.from_settings(settings, store=store))
     mode = default_chat_mode(llm) if llm is not None else "tools"
     agent = agent if agent is not None else build_tutor_agent(llm, mode=mode)
     judge = judge if judge is not None else default_judge(llm, settings)
