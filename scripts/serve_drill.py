@@ -189,7 +189,8 @@ def drill(args: argparse.Namespace, data_dir: Path) -> None:
         spy = None
         if args.py_spy:
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(server.pid), "--gil", "--format", "raw",
-                                    "--rate", "100", "--output", str(args.py_spy)], stdout=subprocess.DEVNULL)
+                                    "--rate", "100", "--output", str(args.py_spy),
+                                    *(["--subprocesses"] if args.workers > 1 else [])], stdout=subprocess.DEVNULL)
             time.sleep(2)
         operator = {"authorization": f"Bearer {TOKEN}"}
         httpx.get(url + "/api/operator/timings?clear=1", headers=operator, timeout=10)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import sys
 import types
 from pathlib import Path
@@ -502,3 +503,16 @@ def test_the_outcome_chart_draws_a_rate_of_zero() -> None:
     assert arms["raw"]["failed"]["value"] == 0.0 and arms["raw"]["failed"]["low"] > 0.0  # the artefact
     rates, _ = outcome_figure(report).axes
     assert [b.get_height() for b in rates.patches if b.get_gid() == "raw"][-1] == 0.0
+
+
+def test_a_report_written_before_a_metric_existed_still_prints() -> None:
+    """A report saved as JSON before the abandoned rate existed (docs/recorded/simulated_experiment.json) printed
+    a KeyError instead of the report; the missing metric now reads as «—»."""
+    report = outcome_report(_log(200, 0.6, 0.6, share=0.5, seed=3))
+    for period in report["periods"]:
+        for view in (period["by_assigned_arm"], period["by_treatment_received"]):
+            for arm in view["arms"].values():
+                arm.pop("abandoned", None)
+            view["differences"].pop("abandoned", None)
+    text = format_outcome_report(report)
+    assert re.search(r"abandoned\s+—\s+—", text)

@@ -27,8 +27,8 @@ def _when(ts: float | None, default: str) -> str:
     return default if ts is None else datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _estimate(e: dict[str, Any]) -> str:
-    if e["value"] is None:
+def _estimate(e: dict[str, Any] | None) -> str:
+    if e is None or e["value"] is None:  # None: a report written before this metric existed
         return "—"
     if e["low"] is None:
         return f"{e['value']:.3f} (n={e['n']})"
@@ -51,7 +51,7 @@ def _view(view: dict[str, Any], title: str) -> list[str]:
     lines = [title, head, f"{'learners / turns':<18}" + "".join(
         f"{str(arms[a]['learners']) + ' / ' + str(arms[a]['turns']):<{width}}" for a in names)]
     for metric in OUTCOMES:
-        row = _pad(LABELS[metric], 18) + "".join(f"{_estimate(arms[a][metric]):<{width}}" for a in names)
+        row = _pad(LABELS[metric], 18) + "".join(f"{_estimate(arms[a].get(metric)):<{width}}" for a in names)
         if view["differences"]:
             row += _difference(view["differences"].get(metric))
         lines.append(row)
