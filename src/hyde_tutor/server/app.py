@@ -182,7 +182,10 @@ def create_app(parts: ServerParts) -> Starlette:
                 in_flight["turns"] -= 1
                 tutor.stages.add("turn", time.perf_counter() - started)
 
-        return adapter.streaming_response(counted())
+        response = adapter.streaming_response(counted())
+        if server.workers > 1:  # a kept-alive connection stays with one worker: the next turn goes to a free one
+            response.headers["connection"] = "close"
+        return response
 
     async def messages(request: Request) -> Response:
         """The learner's own stored conversation (a reloaded page shows it): by the cookie, never another's."""

@@ -27,6 +27,7 @@ from pydantic_ai.ui.vercel_ai.response_types import (AbortChunk, BaseChunk, Data
                                                      TextStartChunk)
 from pydantic_ai.usage import UsageLimits
 
+from ..tutor.coalesce import CoalescedText
 from ..tutor.reply_stream import ReplyPacer
 from ..tutor.served import ServedTurn
 from .history import keep_as_shown
@@ -34,6 +35,7 @@ from .history import keep_as_shown
 __all__ = ("turn_stream",)
 
 _TEXT = (TextStartChunk, TextDeltaChunk, TextEndChunk)
+_COALESCED = [CoalescedText()]  # a model's tokens reach the page as fewer deltas (tutor/coalesce.py)
 
 
 class _ReplyText:
@@ -76,7 +78,8 @@ async def turn_stream(adapter: VercelAIAdapter[Any, Any], turn: ServedTurn, *, o
         limits = UsageLimits(request_limit=max_requests + turn.prior_usage.requests)
         try:
             async for event in adapter.run_stream_native(
-                    deps=turn.deps, conversation_id=turn.conversation_id, timeout=timeout_s, usage_limits=limits):
+                    deps=turn.deps, conversation_id=turn.conversation_id, timeout=timeout_s, usage_limits=limits,
+                    capabilities=_COALESCED):
                 yield event
         except Exception as exc:
             errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
