@@ -6,7 +6,8 @@ from ...config import Settings
 from ...errors import StoreUnavailableError
 from .base import CollectionSpec, Hit, PointRecord, StoreQuery, VectorStore, questions_collection
 from .client import QdrantClientStore
-from .edge import EdgeReplica, EdgeStore
+from .edge import EdgeStore
+from .replica import EdgeReplica
 
 __all__ = [
     "CollectionSpec",

@@ -2,7 +2,8 @@
 
 Layout under ``root``: ``<collection>/shard/`` (the Qdrant shard) and
 ``<collection>/collection.json`` (which embedders built it). The engine locks
-a shard for one process; a second process gets :class:`StoreLockedError`.
+a shard for one process; a second process gets :class:`StoreLockedError` (several workers each open their own
+copy: :class:`~hyde_tutor.retrieval.store.replica.EdgeReplica`).
 Within one process, stores share open shards through a reference-counted registry.
 """
 
@@ -14,7 +15,6 @@ import itertools
 import json
 import os
 import shutil
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -348,64 +348,3 @@ def _channel_queries(req: StoreQuery) -> dict[str, Any]:
         queries[SPARSE] = qe.Query.Nearest(qe.SparseVector(list(req.sparse.indices), list(req.sparse.values)), using=SPARSE)
     return queries
 
-
-REPLICAS_DIR = "replicas"
-"""Folder beside the store's root that holds the workers' replicas (``<pid>-<random>`` each)."""
-
-
-class EdgeReplica(EdgeStore):
-    """A worker process's own read-only copy of an embedded store, so that several uvicorn workers serve from
-    one machine without a Qdrant server (the engine opens a shard in one process only).
-
-    The copy of ``source`` is made when the replica is built (a few MB for the bundled corpus; the time and disk
-    of one copy per worker for a large one) under ``<source>/../replicas/``, and removed by :meth:`close`; copies
-    whose process is gone (a killed worker) are removed by the next replica built there. A replica sees the
-    collections as they were when its worker started: ingest into the store itself and restart the server.
-    Writes are refused (:class:`~hyde_tutor.errors.StoreUnavailableError`): they would reach one worker's copy
-    and be lost with it.
-    """
-
-    def __init__(self, source: Path, index: IndexSettings | None = None) -> None:
-        source = Path(source)
-        if not EdgeStore(source).list_collections():
-            raise StoreUnavailableError(f"The embedded store at {source} has no collections to serve: ingest the "
-                                        "corpus first (`hyde-tutor corpus ingest`, or `make demo`).")
-        parent = source.parent / REPLICAS_DIR
-        parent.mkdir(parents=True, exist_ok=True)
-        _remove_dead_replicas(parent)
-        root = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent))
-        try:
-            shutil.copytree(source, root, dirs_exist_ok=True,
-                            ignore=lambda _dir, names: [n for n in names if n.startswith(TRASH_PREFIX)])
-        except OSError as exc:
-            shutil.rmtree(root, ignore_errors=True)
-            raise StoreUnavailableError(f"Could not copy the embedded store at {source} for a worker: {exc}") from exc
-        super().__init__(root, index)
-        self.source = source
-
-    def close(self) -> None:
-        super().close()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def _read_only(self, *_args: object, **_kwargs: object) -> None:
-        raise StoreUnavailableError(f"This worker serves a read-only copy of {self.source}: ingest into the store "
-                                    "itself (hyde-tutor corpus ingest) and restart the server.")
-
-    create_collection = delete_collection = replace_collection = upsert = delete_points = finish_ingest = _read_only  # type: ignore[assignment]
-
-
-def _remove_dead_replicas(parent: Path) -> None:
-    for folder in parent.iterdir():
-        pid = folder.name.partition("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
