@@ -87,3 +87,66 @@ async def test_the_handed_over_conversation_goes_to_one_matching_load_only() -> 
     for other in (LoadedOnce(inner, "c1", "s2", handed), LoadedOnce(inner, "c2", "s1", handed)):
         assert await other.load("c1", scope="s1") is not handed  # another conversation or scope: read
     assert await LoadedOnce(inner, "c1", "s1", handed).load("c1", scope="s1", limit=1) is not handed
+
+
+def test_the_reply_kept_as_shown_is_written_without_reading_the_history_again(tmp_path) -> None:
+    """Was: replacing the stored reply with the one the learner read (every structured turn, and a grounded
+    reply) loaded the conversation and saved it, two more reads and parses of the whole history a turn. Now it is
+    one record read and one write; the model's own reply stays on a branch, and the next turn continues from the
+    reply as read."""
+    import asyncio
+
+    from starlette.testclient import TestClient
+
+    from hyde_tutor.server import create_app
+
+    from .served_stub import stub_parts
+    from .test_server_api import _settings, ask
+
+    parts = stub_parts(tmp_path, _settings(tmp_path), structured=True)
+    reads: list[str | None] = []
+    inner = parts.store.read_history
+
+    async def counting(head_id, *, limit=None):  # type: ignore[no-untyped-def]
+        reads.append(head_id)
+        return await inner(head_id, limit=limit)
+
+    parts.store.read_history = counting  # type: ignore[method-assign]
+    replies = []
+    with TestClient(create_app(parts)) as client:
+        for text in ("Как сказать «хочу»?", "А в прошедшем времени?", "А вежливо?"):
+            response, chunks = ask(client, text)
+            reply = next(c for c in chunks if c["type"] == "data-reply")["data"]
+            assert response.status_code == 200 and not reply["failed"]
+            replies.append(reply["text"])
+    assert len(reads) == 2  # turns 2 and 3 read the stored history once each, the kept replies read nothing
+    (record,) = asyncio.run(parts.store.read_records())
+    stored = asyncio.run(parts.store.load(record.conversation_id)).messages
+    shown = [m.parts[0].content for m in stored if m.kind == "response" and len(m.parts) == 1
+             and m.parts[0].part_kind == "text"]
+    assert shown == replies  # every turn's reply as the learner read it, in order, on the conversation's head
+    assert len(record.branches) == 3  # each model's own reply kept on a branch
+    left = asyncio.run(parts.store.read_entry(record.branches[0])).message
+    assert '"entry"' in left.parts[0].content  # the structured answer the model wrote
+
+
+async def test_a_reply_saved_over_meanwhile_is_not_replaced(tmp_path) -> None:
+    """The record moved on since this request's save (another tab's turn): the shown reply is not written over
+    it, and the other save stays."""
+    from pydantic_ai.conversation import Conversation
+    from pydantic_ai.conversation_store import InMemoryConversationStore
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+    from hyde_tutor.server.history import LoadedOnce, keep_as_shown
+
+    inner = InMemoryConversationStore()
+    store = LoadedOnce(inner, "c1", "s1", None)
+    first = Conversation(messages=[ModelRequest(parts=[UserPromptPart("раз")]),
+                                   ModelResponse(parts=[TextPart('{"entry": 1}')])], conversation_id="c1")
+    await store.save(first, scope="s1")
+    other = await inner.load("c1", scope="s1")
+    other.messages.append(ModelRequest(parts=[UserPromptPart("два")]))
+    await inner.save(other, scope="s1")
+    assert await keep_as_shown(store, "c1", "s1", "Подойдёт -고 싶다") is False
+    assert [m.parts[0].content for m in (await inner.load("c1")).messages] == ["раз", '{"entry": 1}', "два"]
+    assert await keep_as_shown(LoadedOnce(inner, "c1", "s1", None), "c1", "s1", "x") is False  # last is no reply

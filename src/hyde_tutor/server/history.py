@@ -16,7 +16,7 @@ import logging
 from typing import Any
 
 from pydantic_ai.conversation import Conversation
-from pydantic_ai.conversation_store import ConversationStore
+from pydantic_ai.conversation_store import ConversationEntry, ConversationRecord, ConversationStore
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
 
 from ..tutor.timings import ForwardingConversationStore
@@ -29,13 +29,41 @@ _log = logging.getLogger("hyde_tutor.server")
 async def keep_as_shown(store: ConversationStore, conversation_id: str, scope: str, text: str) -> bool:
     """Replace the stored conversation's last reply with ``text`` (what the learner read). False, logged, when
     it could not (no such conversation, its last message is not a reply, a concurrent save): the turn itself
-    is not touched."""
+    is not touched.
+
+    After the UI adapter's save through :class:`LoadedOnce` the reply's entry is known, so the replacement is one
+    record read and one write; otherwise the conversation is loaded and saved (two more reads of its history)."""
+    saved = getattr(store, "saved_entries", None)
+    if saved and isinstance(saved[-1].message, ModelResponse):
+        return await _replace_saved_reply(store, conversation_id, scope, saved[-1], text)
     try:
         loaded = await store.load(conversation_id, scope=scope)
         if loaded is None or not loaded.messages or not isinstance(loaded.messages[-1], ModelResponse):
             return False
         loaded.messages[-1] = dataclasses.replace(loaded.messages[-1], parts=[TextPart(content=text)])
         await store.save(loaded, scope=scope)
+        return True
+    except Exception as exc:  # noqa: BLE001 - the reply was shown; only the stored copy keeps the model's text
+        _log.warning("could not keep the shown reply of a conversation: %s", type(exc).__name__)
+        return False
+
+
+async def _replace_saved_reply(store: ConversationStore, conversation_id: str, scope: str, reply: ConversationEntry,
+                               text: str) -> bool:
+    """What ``store.save`` does for a conversation whose last message was replaced (the old reply stays on a
+    branch, a new entry follows the same parent, the record moves only if no one saved since), without reading
+    the history back: ``reply`` is the entry this request's save just stored."""
+    try:
+        record = await store.read_record(conversation_id)
+        if record is None or record.scope != scope or record.head_id != reply.id:
+            return False  # deleted, another learner's, or saved again since: the stored reply stays
+        entry = ConversationEntry(parent_id=reply.parent_id,
+                                  message=dataclasses.replace(reply.message, parts=[TextPart(content=text)]))
+        updated = ConversationRecord(
+            conversation_id=conversation_id, head_id=entry.id, usage=record.usage,
+            deferred_tool_requests=record.deferred_tool_requests, scope=record.scope, forked_from=record.forked_from,
+            forked_at=record.forked_at, branches=[*(b for b in record.branches if b != reply.id), reply.id])
+        await store.write_record(updated, new_entries=[entry], expected_revision=record.revision)
         return True
     except Exception as exc:  # noqa: BLE001 - the reply was shown; only the stored copy keeps the model's text
         _log.warning("could not keep the shown reply of a conversation: %s", type(exc).__name__)
@@ -69,6 +97,13 @@ class LoadedOnce(ForwardingConversationStore):
                  loaded: Conversation | None) -> None:
         super().__init__(store)
         self._handover: tuple[str, str | None, Conversation | None] | None = (conversation_id, scope, loaded)
+
+    saved_entries: list[ConversationEntry] | None = None
+    """What this request's save stored (the adapter saves once, at the run's end): :func:`keep_as_shown` reads it."""
+
+    async def save(self, conversation: Any, *, scope: str | None = None) -> list[ConversationEntry]:
+        self.saved_entries = await super().save(conversation, scope=scope)
+        return self.saved_entries
 
     async def load(self, conversation_id: str, *, limit: int | None = None,
                    scope: str | None = None) -> Conversation | None:
