@@ -35,3 +35,19 @@ def test_serve_refuses_several_workers_on_qdrant_client_local_mode(isolated_env:
     monkeypatch.setenv("HYDE_QDRANT__LOCAL", "true")
     result = CliRunner().invoke(app, ["serve", "--workers", "2"])
     assert result.exit_code == 2 and "HYDE_QDRANT__LOCAL" in result.output and "one process only" in result.output
+
+
+def test_several_workers_on_the_embedded_model_are_told_what_they_cost(isolated_env: Path, monkeypatch) -> None:
+    """Several workers on the embedded store are served (each its own copy); on the embedded model each worker
+    also starts its own model, which the command says before it starts uvicorn (stubbed here)."""
+    import uvicorn
+
+    started: list[dict] = []
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: started.append(k))
+    monkeypatch.setenv("HYDE_SERVER__WORKERS", "1")  # serve writes its options to the environment: undone after
+    result = CliRunner().invoke(app, ["serve", "--workers", "2"])
+    assert result.exit_code == 0 and started and started[0]["workers"] == 2
+    assert "each of the 2 workers starts its own embedded model" in result.output
+    monkeypatch.setenv("HYDE_LLM__PROVIDER", "replay")
+    result = CliRunner().invoke(app, ["serve", "--workers", "2"])
+    assert result.exit_code == 0 and "embedded model" not in result.output

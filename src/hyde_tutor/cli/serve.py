@@ -37,6 +37,12 @@ def serve(
         fail(f"--workers {server.workers} cannot share qdrant-client's local mode (HYDE_QDRANT__LOCAL): it opens in "
              "one process only. Serve with --workers 1, or use the embedded store (each worker serves its own "
              "copy) or a Qdrant server (HYDE_QDRANT__URL).")
+    from ..llm.backends import resolve_provider
+
+    if server.workers > 1 and resolve_provider(settings) == "local":
+        typer.echo(f"note: each of the {server.workers} workers starts its own embedded model (~1.2 GB of memory "
+                   "each, all on the same cores): with the embedded model more workers do not answer faster; they "
+                   "help with a hosted model (HYDE_LLM__*).", err=True)
     from ..experiment.sqlstore import open_database
 
     try:
