@@ -150,3 +150,14 @@ async def test_a_reply_saved_over_meanwhile_is_not_replaced(tmp_path) -> None:
     assert await keep_as_shown(store, "c1", "s1", "Подойдёт -고 싶다") is False
     assert [m.parts[0].content for m in (await inner.load("c1")).messages] == ["раз", '{"entry": 1}', "два"]
     assert await keep_as_shown(LoadedOnce(inner, "c1", "s1", None), "c1", "s1", "x") is False  # last is no reply
+
+
+def test_the_tutor_agent_is_named_so_a_run_does_not_look_for_its_name() -> None:
+    """An agent with no name looks for itself among its caller's local and global variables on every run (the
+    served drill's profile: ~1 ms of a turn's CPU in pydantic-ai's ``_infer_name``); the tutor is named."""
+    from pydantic_ai.models.test import TestModel
+
+    from hyde_tutor.tutor.chat import AGENT_NAME, build_tutor_agent
+
+    for mode in ("tools", "retrieve-first"):
+        assert build_tutor_agent(TestModel(), mode=mode, grounded=mode == "retrieve-first").name == AGENT_NAME

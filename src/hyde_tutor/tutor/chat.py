@@ -3,12 +3,10 @@
 Two ways to wire the search into the tutor (``ChatMode``):
 
 * ``tools``: the model calls ``grammar_search`` / ``docs_search`` itself (capable models);
-* ``retrieve-first``: :class:`~hyde_tutor.retrieve_first.RetrieveFirst` searches before the model
-  answers and the model only writes the answer (the embedded model, which does not call tools
-  reliably; measured in docs/MEASUREMENTS.md, "Chat with the embedded model").
+* ``retrieve-first``: :class:`~hyde_tutor.retrieve_first.RetrieveFirst` searches before the model answers and the
+  model only writes the answer (the embedded model, which does not call tools reliably; docs/MEASUREMENTS.md).
 
-:func:`answer_turn` never raises for a model failure: the learner then gets the entries the search
-found and one line saying the model could not answer.
+:func:`answer_turn` never raises for a model failure: the learner gets the entries found and one line saying so.
 """
 
 from __future__ import annotations
@@ -42,14 +40,16 @@ CHAT_MODES = TUTOR_MODES
 
 
 def default_chat_mode(backend: Any) -> ChatMode:
-    """``retrieve-first`` for the embedded local model (measured: its tool-calling turns mostly fail),
-    ``tools`` for every other backend."""
+    """``retrieve-first`` for the embedded model (measured: its tool calls mostly fail), else ``tools``."""
     return HydeTutor.for_backend(backend).mode
 
 
 CHAT_TEMPERATURE = 0.0
 """The tutor's sampling temperature, set on every turn's model call (the embedded server's own default, 0.8,
 made its choice of entry change from run to run; docs/MEASUREMENTS.md, "Offline tutor turn")."""
+
+
+AGENT_NAME = "hyde-tutor"  # an agent with no name looks for itself in its caller's variables on every run
 
 
 def build_tutor_agent(
@@ -87,9 +87,9 @@ def build_tutor_agent(
     if structured:
         tutor = HydeTutor(mode="retrieve-first", grounded=True)
         return Agent(model, deps_type=TutorDeps, capabilities=[tutor, fit], output_type=NativeOutput(GroundedAnswer),  # type: ignore[arg-type]
-                     model_settings=settings or None, retries=2)  # type: ignore[arg-type]
+                     model_settings=settings or None, retries=2, name=AGENT_NAME)  # type: ignore[arg-type]
     return Agent(model, deps_type=TutorDeps, capabilities=[HydeTutor(mode=chosen), fit],  # type: ignore[arg-type]
-                 model_settings=settings or None, retries=2)  # type: ignore[arg-type]
+                 model_settings=settings or None, retries=2, name=AGENT_NAME)  # type: ignore[arg-type]
 
 
 def answer_turn(agent: Agent[TutorDeps, str], deps: TutorDeps, question: str,
