@@ -39,8 +39,8 @@ def test_the_tutor_builds_its_search_toolset_once_not_every_run(monkeypatch) -> 
     assert HydeTutor(mode="tools").get_toolset() is not tutor.get_toolset()  # one per tutor
 
 
-def test_a_served_turn_reads_its_conversation_once_not_twice(tmp_path) -> None:
-    """Was: the server loaded the conversation to open the turn, then the UI adapter loaded and parsed it again."""
+def _three_turns_counting_history_reads(tmp_path, **stub):  # type: ignore[no-untyped-def]
+    """Three turns of one chat on the stub server; the parts, the history reads of its store, the replies."""
     from starlette.testclient import TestClient
 
     from hyde_tutor.server import create_app
@@ -48,7 +48,7 @@ def test_a_served_turn_reads_its_conversation_once_not_twice(tmp_path) -> None:
     from .served_stub import stub_parts
     from .test_server_api import _settings, ask
 
-    parts = stub_parts(tmp_path, _settings(tmp_path))
+    parts = stub_parts(tmp_path, _settings(tmp_path), **stub)
     reads: list[str | None] = []
     inner = parts.store.read_history
 
@@ -57,11 +57,19 @@ def test_a_served_turn_reads_its_conversation_once_not_twice(tmp_path) -> None:
         return await inner(head_id, limit=limit)
 
     parts.store.read_history = counting  # type: ignore[method-assign]
+    replies = []
     with TestClient(create_app(parts)) as client:
         for text in ("Как сказать «хочу»?", "А в прошедшем времени?", "А вежливо?"):
             response, chunks = ask(client, text)
-            assert response.status_code == 200
-            assert not next(c for c in chunks if c["type"] == "data-reply")["data"]["failed"]
+            reply = next(c for c in chunks if c["type"] == "data-reply")["data"]
+            assert response.status_code == 200 and not reply["failed"]
+            replies.append(reply["text"])
+    return parts, reads, replies
+
+
+def test_a_served_turn_reads_its_conversation_once_not_twice(tmp_path) -> None:
+    """Was: the server loaded the conversation to open the turn, then the UI adapter loaded and parsed it again."""
+    parts, reads, _ = _three_turns_counting_history_reads(tmp_path)
     assert len(reads) == 2  # turns 2 and 3 read the stored history once each (turn 1 has none stored)
     (turn3,) = [t for t in parts.tutor.log.turns() if t.question_chars == len("А вежливо?")]
     assert turn3.agent_requests == 2  # the run saw the stored conversation and added only its own requests
@@ -96,29 +104,7 @@ def test_the_reply_kept_as_shown_is_written_without_reading_the_history_again(tm
     reply as read."""
     import asyncio
 
-    from starlette.testclient import TestClient
-
-    from hyde_tutor.server import create_app
-
-    from .served_stub import stub_parts
-    from .test_server_api import _settings, ask
-
-    parts = stub_parts(tmp_path, _settings(tmp_path), structured=True)
-    reads: list[str | None] = []
-    inner = parts.store.read_history
-
-    async def counting(head_id, *, limit=None):  # type: ignore[no-untyped-def]
-        reads.append(head_id)
-        return await inner(head_id, limit=limit)
-
-    parts.store.read_history = counting  # type: ignore[method-assign]
-    replies = []
-    with TestClient(create_app(parts)) as client:
-        for text in ("Как сказать «хочу»?", "А в прошедшем времени?", "А вежливо?"):
-            response, chunks = ask(client, text)
-            reply = next(c for c in chunks if c["type"] == "data-reply")["data"]
-            assert response.status_code == 200 and not reply["failed"]
-            replies.append(reply["text"])
+    parts, reads, replies = _three_turns_counting_history_reads(tmp_path, structured=True)
     assert len(reads) == 2  # turns 2 and 3 read the stored history once each, the kept replies read nothing
     (record,) = asyncio.run(parts.store.read_records())
     stored = asyncio.run(parts.store.load(record.conversation_id)).messages
