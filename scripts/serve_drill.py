@@ -236,7 +236,8 @@ def drill(args: argparse.Namespace, data_dir: Path) -> None:
           f"{len(rows)} turns served ({'all, once' if once else 'MISMATCH'}), "
           f"{len(log.retrievals())} retrievals")
     print(f"cpu per turn: server {'process' if args.workers == 1 else f'({args.workers} workers)'} "
-          f"{server_cpu[0] / len(rows) * 1000:.1f} ms, its embedder process{'es' if args.workers > 1 else ''} "
+          f"{server_cpu[0] / len(rows) * 1000:.1f} ms, its embedder process{'es' if args.workers > 1 else ''}"
+          f"{' and model servers' if args.model == 'configured' else ''} "
           f"{server_cpu[1] / len(rows) * 1000:.1f} ms, this client "
           f"{client_cpu / len(rows) * 1000:.1f} ms ({os.cpu_count()} cores; wall per turn "
           f"{wall / len(rows) * 1000:.1f} ms)")
