@@ -9,13 +9,16 @@ questions of the grammar eval set; time to first token, turns per second, failed
     HYDE_DATA_DIR=/tmp/x python scripts/serve_drill.py --model configured --sessions 3 --turns 1
     # the server under py-spy (a sampling profile, raw collapsed stacks; scripts/profile_table.py reads them)
     HYDE_DATA_DIR=/tmp/x python scripts/serve_drill.py --py-spy /tmp/server.txt
+    # two uvicorn workers (one per core)
+    HYDE_DATA_DIR=/tmp/x python scripts/serve_drill.py --workers 2
 
 The collections must be ingested in HYDE_DATA_DIR first (`hyde-tutor ingest`). The server runs in a child
-process (`python -m uvicorn ... --factory`), one worker (the embedded store opens in one process only); its
-database is a fresh SQLite file under HYDE_DATA_DIR/drill-<time>.db (``--database`` names another, e.g. a
-PostgreSQL URL). The figures are the client's view, then the server's own: its stage timings
-(``GET /api/operator/timings``, wall-clock per stage) and the CPU seconds per turn of the server process and of
-this client process (both share the machine's cores).
+process (`python -m uvicorn ... --factory`), one worker or ``--workers N`` (each serving its own copy of the
+embedded store); its database is a fresh SQLite file under HYDE_DATA_DIR/drill-<time>.db (``--database`` names
+another, e.g. a PostgreSQL URL). The learners talk HTTP through ``drill_http.Connection`` (one keep-alive socket
+each, light on the CPU the server shares). The figures are the client's view, then the server's own: its stage
+timings (``GET /api/operator/timings``, wall-clock per stage; with several workers, one worker's) and the CPU
+seconds per turn of the server's processes, of their child processes and of this client (all share the cores).
 """
 
 from __future__ import annotations
