@@ -58,7 +58,8 @@ class Connection:
             yield pending.decode()
 
     async def _request(self, method: str, path: str, body: bytes | None) -> AsyncIterator[bytes]:
-        if self._writer is None or self._writer.is_closing():
+        if self._writer is None or self._writer.is_closing() or (self._reader is not None and self._reader.at_eof()):
+            # none yet, closed here, or closed by the server (an idle keep-alive connection): a new one
             self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         reader, writer = self._reader, self._writer
         assert reader is not None

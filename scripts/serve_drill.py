@@ -276,13 +276,17 @@ def _cpu_seconds(pid: int, workers: int = 1) -> tuple[float, float]:
 
 
 def _wait_idle(pid: int, deadline: float) -> None:
-    """Wait until every worker process of the uvicorn supervisor ``pid`` has started and stopped loading (under
-    10 % of a core for a second)."""
+    """Wait until every worker process of the uvicorn supervisor ``pid`` and its children (the embedder) have
+    started and stopped loading (each under 10 % of a core for half a second)."""
     import psutil
 
     while time.monotonic() < deadline:
-        workers = psutil.Process(pid).children()
-        if workers and all(w.cpu_percent(interval=1.0) < 10 for w in workers):
+        try:
+            workers = psutil.Process(pid).children()
+            busy = [p for w in workers for p in (w, *w.children(recursive=True)) if p.cpu_percent(interval=0.5) >= 10]
+        except psutil.NoSuchProcess:
+            continue  # a worker restarted: look again
+        if workers and not busy:
             return
     sys.exit("the workers did not settle")
 

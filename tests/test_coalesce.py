@@ -65,3 +65,20 @@ async def test_the_deltas_are_the_tokens_in_order_joined_never_split(window_s: f
         n = next(n for n in range(1, len(TOKENS) - i + 1) if "".join(TOKENS[i:i + n]) == text)
         i += n
     assert i == len(TOKENS) and len(texts) <= len(TOKENS)
+
+
+async def test_text_held_when_the_stream_fails_still_reaches_the_consumer() -> None:
+    """A model error mid-reply: the deltas joined so far go out before the error, none twice."""
+    from pydantic_ai.messages import PartStartEvent as Start
+
+    async def failing():  # type: ignore[no-untyped-def]
+        yield Start(index=0, part=TextPart("Скажите "))
+        for token in ("так: ", "부산에 "):
+            yield PartDeltaEvent(index=0, delta=TextPartDelta(token))
+        raise RuntimeError("the model went away")
+
+    seen = []
+    with pytest.raises(RuntimeError, match="went away"):
+        async for event in CoalescedText(window_s=10).wrap_run_event_stream(None, stream=failing()):
+            seen.append(event)
+    assert _text_of(seen) == ["Скажите ", "так: 부산에 "]

@@ -4,13 +4,14 @@ the engine opens a shard in one process only."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from hyde_tutor import Document, EdgeStore, StoreUnavailableError
+from hyde_tutor import Document, EdgeStore, StoreLockedError, StoreUnavailableError
 from hyde_tutor.config import Settings
 from hyde_tutor.retrieval.store import EdgeReplica, StoreQuery, open_store
 
@@ -59,13 +60,34 @@ def test_a_replica_refuses_writes_and_removes_its_copy(source: Path, hash_embedd
 
 
 def test_a_dead_workers_copy_is_removed_by_the_next_replica(source: Path) -> None:
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    left = source.parent / "replicas" / f"{dead.stdout.strip()}-killed"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    host = socket.gethostname()
+    left = source.parent / "replicas" / f"{dead.stdout.strip()}@{host}@killed"
     (left / "c").mkdir(parents=True)
-    alive = source.parent / "replicas" / f"{os.getppid()}-running"
+    alive = source.parent / "replicas" / f"{os.getppid()}@{host}@running"
     alive.mkdir()
+    elsewhere = source.parent / "replicas" / f"{dead.stdout.strip()}@another-host@x"  # a data dir shared by hosts
+    elsewhere.mkdir()
     with EdgeReplica(source):
-        assert not left.exists() and alive.exists()
+        assert not left.exists() and alive.exists() and elsewhere.exists()
+
+
+def test_a_replica_is_not_copied_while_another_process_holds_the_store(source: Path, hash_embedder) -> None:
+    """An ingest (here: a process holding the store open) is never copied half-written: the replica waits for the
+    store's lock, and past its wait says so and leaves nothing behind; once the store is free it is copied."""
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD.format(cls="EdgeStore", opener=f"({str(source)!r})")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        with pytest.raises(StoreLockedError, match="locked by another process"):
+            EdgeReplica(source, lock_wait_s=0.5)
+        assert not any((source.parent / "replicas").iterdir())
+    finally:
+        holder.kill()
+        holder.wait()
+    with EdgeReplica(source) as replica:
+        assert _top(replica, hash_embedder) == "g1"
 
 
 def test_a_replica_of_an_empty_store_says_to_ingest(tmp_path: Path) -> None:

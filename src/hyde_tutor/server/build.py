@@ -55,7 +55,11 @@ def app_from_settings(settings: Settings | None = None, *, judge: Any = None, ag
     llm = make_llm(settings) if agent is None else None
     # several workers: each serves its own copy of the embedded store (the engine opens a shard in one process)
     store = open_store(settings, replica=settings.server.workers > 1)
-    retriever = HydeRetriever.from_settings(settings, Retriever.from_settings(settings, store=store))
+    try:
+        retriever = HydeRetriever.from_settings(settings, Retriever.from_settings(settings, store=store))
+    except BaseException:
+        store.close()  # a worker's copy of the store is removed with it
+        raise
     mode = default_chat_mode(llm) if llm is not None else "tools"
     agent = agent if agent is not None else build_tutor_agent(llm, mode=mode)
     judge = judge if judge is not None else default_judge(llm, settings)

@@ -36,25 +36,31 @@ class CoalescedText(AbstractCapability[Any]):
     async def wrap_run_event_stream(self, ctx: Any, *, stream: AsyncIterable[Any]) -> AsyncIterator[Any]:
         held: PartDeltaEvent | None = None
         sent_at = 0.0
-        async for event in stream:
-            if _plain_text(event):
-                now = time.monotonic()
-                if held is not None and held.index == event.index:
-                    held = replace(held, delta=replace(held.delta, content_delta=held.delta.content_delta
-                                                       + event.delta.content_delta))
-                else:
-                    if held is not None:
-                        yield held
-                    held = event
-                if now - sent_at >= self.window_s:
-                    yield held
-                    held, sent_at = None, now
-                continue
-            if held is not None:
+        try:
+            async for event in stream:
+                if _plain_text(event):
+                    now = time.monotonic()
+                    if held is not None and held.index == event.index:
+                        held = replace(held, delta=replace(held.delta, content_delta=held.delta.content_delta
+                                                           + event.delta.content_delta))
+                    else:
+                        if held is not None:
+                            out, held = held, None
+                            yield out
+                        held = event
+                    if now - sent_at >= self.window_s:
+                        out, held, sent_at = held, None, now
+                        yield out
+                    continue
+                if held is not None:
+                    out, held = held, None
+                    yield out
+                sent_at = time.monotonic()
+                yield event
+        except Exception:
+            if held is not None:  # the text written before the stream failed still reaches the consumer
                 yield held
-                held = None
-            sent_at = time.monotonic()
-            yield event
+            raise
         if held is not None:
             yield held
 

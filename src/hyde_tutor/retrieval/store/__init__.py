@@ -27,7 +27,7 @@ def open_store(settings: Settings, *, replica: bool = False) -> VectorStore:
     """Open the store the settings name: server URL > qdrant-client local mode > embedded qdrant-edge.
 
     ``replica``: for one of several worker processes. The embedded store is then opened as this process's own
-    read-only copy (:class:`~hyde_tutor.retrieval.store.edge.EdgeReplica`); a Qdrant server is shared as it is;
+    read-only copy (:class:`~hyde_tutor.retrieval.store.replica.EdgeReplica`); a Qdrant server is shared as it is;
     qdrant-client's local mode, which one process opens at a time, is refused."""
     q = settings.qdrant
     if q.url:

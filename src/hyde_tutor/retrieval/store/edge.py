@@ -347,4 +347,3 @@ def _channel_queries(req: StoreQuery) -> dict[str, Any]:
     if SPARSE in req.channels and req.sparse is not None:
         queries[SPARSE] = qe.Query.Nearest(qe.SparseVector(list(req.sparse.indices), list(req.sparse.values)), using=SPARSE)
     return queries
-
