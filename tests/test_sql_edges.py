@@ -151,3 +151,30 @@ async def test_a_history_with_a_missing_entry_names_it(sql_db: SqlDatabase) -> N
     assert len(await store.read_history(record.head_id, limit=2)) == 2  # the part above the gap still reads
     with pytest.raises(LookupError, match="'nope' is not stored"):
         await store.read_history("nope")
+
+
+async def test_sqlite_reads_run_on_the_event_loop_and_everything_else_in_a_thread(sql_db: SqlDatabase,
+                                                                                   monkeypatch) -> None:
+    """A conversation's reads on SQLite run at once on the event loop's thread (a WAL read never waits for a
+    writer, above; a worker thread waited for the GIL behind the busy loop: docs/MEASUREMENTS.md); on PostgreSQL,
+    and for every write, in a worker thread."""
+    import threading
+
+    store = SqlConversationStore(sql_db)
+    await store.save(_conversation("c1", "привет"), scope="s1")
+    threads: dict[str, int] = {}
+    for name in ("_read_record_sync", "_read_history_sync", "_write_record_sync"):
+        inner = getattr(store, name)
+
+        def spy(*args, _inner=inner, _name=name):  # type: ignore[no-untyped-def]
+            threads[_name] = threading.get_ident()
+            return _inner(*args)
+
+        monkeypatch.setattr(store, name, spy)
+    loaded = await store.load("c1", scope="s1")
+    loaded.messages.append(ModelRequest(parts=[UserPromptPart("ещё")]))
+    await store.save(loaded, scope="s1")
+    here = threading.get_ident()
+    inline = sql_db.url.startswith("sqlite")
+    assert (threads["_read_record_sync"] == here) is inline and (threads["_read_history_sync"] == here) is inline
+    assert threads["_write_record_sync"] != here

@@ -84,7 +84,7 @@ class SqlConversationStore(ConversationStore):
         return self._history
 
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
-        return await asyncio.to_thread(self._read_record_sync, conversation_id)
+        return await self.database.read(self._read_record_sync, conversation_id)
 
     def _read_record_sync(self, conversation_id: str) -> ConversationRecord | None:
         c = self.database.conversations
@@ -93,7 +93,7 @@ class SqlConversationStore(ConversationStore):
         return None if row is None else _record_from(row)
 
     async def read_records(self, *, scope: str | None = None, limit: int | None = None) -> Sequence[ConversationRecord]:
-        return await asyncio.to_thread(self._read_records_sync, scope, limit)
+        return await self.database.read(self._read_records_sync, scope, limit)
 
     def _read_records_sync(self, scope: str | None, limit: int | None) -> list[ConversationRecord]:
         c = self.database.conversations
@@ -149,7 +149,7 @@ class SqlConversationStore(ConversationStore):
                 raise ConversationConflict(conversation_id)
 
     async def read_entry(self, entry_id: str) -> ConversationEntry:
-        return await asyncio.to_thread(self._read_entry_sync, entry_id)
+        return await self.database.read(self._read_entry_sync, entry_id)
 
     def _read_entry_sync(self, entry_id: str) -> ConversationEntry:
         with self.database.reader.begin() as conn:
@@ -166,7 +166,7 @@ class SqlConversationStore(ConversationStore):
         """The history up to ``head_id`` in one query (a recursive CTE walking the parent links, SQLite and
         PostgreSQL alike), not one query per entry; ``LookupError`` names an entry the chain needs and the
         database lacks."""
-        return await asyncio.to_thread(self._read_history_sync, head_id, limit)
+        return await self.database.read(self._read_history_sync, head_id, limit)
 
     def _read_history_sync(self, head_id: str | None, limit: int | None) -> list[ConversationEntry]:
         if head_id is None or limit == 0:

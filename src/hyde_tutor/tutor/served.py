@@ -109,7 +109,9 @@ class ServedTutor:
                          history: Sequence[ModelMessage] = (), usage: RunUsage | None = None) -> ServedTurn:
         """Open a turn: the experiment running now decides the learner's arm for the whole turn. ``usage``: the
         stored conversation's (the run adds to it; the turn's limit and cost count only what this turn adds)."""
-        experiment, previous = await asyncio.to_thread(self._arm_and_previous, subject, conversation_id)
+        database = getattr(self.log, "database", None)  # an SQL event log reads SQLite at once (SqlDatabase.read)
+        reads = database.read if database is not None else asyncio.to_thread
+        experiment, previous = await reads(self._arm_and_previous, subject, conversation_id)
         monitor = TurnMonitor()
         deps = TutorDeps(self.retriever, experiment, monitor, subject)
         arm = experiment.arm(subject) if experiment is not None else "unassigned"
