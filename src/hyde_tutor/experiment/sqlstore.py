@@ -54,15 +54,6 @@ def _normalised(url: str) -> str:
 class SqlDatabase:
     """An engine and the tables of the served tutor (created when missing)."""
 
-    async def read(self, call: Callable[..., _T], *args: Any) -> _T:
-        """Run the reading function ``call(*args)`` for a coroutine: on SQLite at once (a read in WAL mode does not
-        wait for writers and takes well under a millisecond, while a worker thread waited for the GIL behind the
-        busy event loop: the served drill's conversation loads went from 64–134 to 21–23 ms p50 and its turns a
-        second up by 8 %); on PostgreSQL (a network round trip) in a worker thread. Writes always take a thread."""
-        if self.reads_inline:
-            return call(*args)
-        return await asyncio.to_thread(call, *args)
-
     def __init__(self, url: str) -> None:
         import sqlalchemy as sa
 
@@ -81,8 +72,6 @@ class SqlDatabase:
                                            pool_timeout=BUSY_TIMEOUT_S, hide_parameters=True)
         self.reader = self.engine.execution_options(hyde_read_only=True)
         """The engine for reads: its transactions begin deferred on SQLite (``engine`` is for writes)."""
-        self.reads_inline = self.is_sqlite
-        """Whether a read runs on the caller's thread (:meth:`read`)."""
         self.metadata = sa.MetaData()
         self.turns = sa.Table("hyde_turns", self.metadata, *_turn_columns(sa))
         self.retrievals = sa.Table(
@@ -111,6 +100,15 @@ class SqlDatabase:
             sa.Column("id", sa.String(64), primary_key=True), sa.Column("parent_id", sa.String(64)),
             sa.Column("kind", sa.String(16)), sa.Column("message", sa.Text))
         self._create()
+
+    async def read(self, call: Callable[..., _T], *args: Any) -> _T:
+        """Run the reading function ``call(*args)`` for a coroutine: on SQLite at once (a read in WAL mode does not
+        wait for writers and takes well under a millisecond, while a worker thread waited for the GIL behind the
+        busy event loop: the served drill's conversation loads went from 64–134 to 21–23 ms p50 and its turns a
+        second up by 8 %); on PostgreSQL (a network round trip) in a worker thread. Writes always take a thread."""
+        if self.is_sqlite:
+            return call(*args)
+        return await asyncio.to_thread(call, *args)
 
     def _create(self) -> None:
         import sqlalchemy as sa

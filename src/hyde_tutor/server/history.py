@@ -34,9 +34,9 @@ async def keep_as_shown(store: ConversationStore, conversation_id: str, scope: s
     After the UI adapter's save through :class:`LoadedOnce` the reply's entry is known, so the replacement is one
     record read and one write; otherwise the conversation is loaded and saved (two more reads of its history)."""
     saved = getattr(store, "saved_entries", None)
-    if saved and isinstance(saved[-1].message, ModelResponse):
-        return await _replace_saved_reply(store, conversation_id, scope, saved[-1], text)
     try:
+        if saved and isinstance(saved[-1].message, ModelResponse):
+            return await _replace_saved_reply(store, conversation_id, scope, saved[-1], text)
         loaded = await store.load(conversation_id, scope=scope)
         if loaded is None or not loaded.messages or not isinstance(loaded.messages[-1], ModelResponse):
             return False
@@ -53,21 +53,17 @@ async def _replace_saved_reply(store: ConversationStore, conversation_id: str, s
     """What ``store.save`` does for a conversation whose last message was replaced (the old reply stays on a
     branch, a new entry follows the same parent, the record moves only if no one saved since), without reading
     the history back: ``reply`` is the entry this request's save just stored."""
-    try:
-        record = await store.read_record(conversation_id)
-        if record is None or record.scope != scope or record.head_id != reply.id:
-            return False  # deleted, another learner's, or saved again since: the stored reply stays
-        entry = ConversationEntry(parent_id=reply.parent_id,
-                                  message=dataclasses.replace(reply.message, parts=[TextPart(content=text)]))
-        updated = ConversationRecord(
-            conversation_id=conversation_id, head_id=entry.id, usage=record.usage,
-            deferred_tool_requests=record.deferred_tool_requests, scope=record.scope, forked_from=record.forked_from,
-            forked_at=record.forked_at, branches=[*(b for b in record.branches if b != reply.id), reply.id])
-        await store.write_record(updated, new_entries=[entry], expected_revision=record.revision)
-        return True
-    except Exception as exc:  # noqa: BLE001 - the reply was shown; only the stored copy keeps the model's text
-        _log.warning("could not keep the shown reply of a conversation: %s", type(exc).__name__)
-        return False
+    record = await store.read_record(conversation_id)
+    if record is None or record.scope != scope or record.head_id != reply.id:
+        return False  # deleted, another learner's, or saved again since: the stored reply stays
+    entry = ConversationEntry(parent_id=reply.parent_id,
+                              message=dataclasses.replace(reply.message, parts=[TextPart(content=text)]))
+    updated = ConversationRecord(
+        conversation_id=conversation_id, head_id=entry.id, usage=record.usage,
+        deferred_tool_requests=record.deferred_tool_requests, scope=record.scope, forked_from=record.forked_from,
+        forked_at=record.forked_at, branches=[*(b for b in record.branches if b != reply.id), reply.id])
+    await store.write_record(updated, new_entries=[entry], expected_revision=record.revision)
+    return True
 
 
 async def shown_messages(store: ConversationStore, conversation_id: str, scope: str) -> list[dict[str, Any]]:
