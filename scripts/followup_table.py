@@ -34,10 +34,10 @@ from hyde_tutor.evaluation.metrics import recall_at_k
 from hyde_tutor.evaluation.splits import half_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tune_policy import Runner, parse_policy  # noqa: E402
+from tune_policy import Runner, corpus_file, parse_policy  # noqa: E402
 
 SETS = {"followups": "data/eval/followups", "conversations": "data/eval/conversations",
-        "fresh": "data/eval/fresh_followups"}
+        "fresh": "data/eval/fresh_followups", "fresh2": "data/eval/fresh_followups2"}
 ROWS: dict[str, tuple[str, str]] = {
     # label: (policy spec, how the hypothesis meets the raw channel)
     "raw, the message alone": ("hyde=0,history=0", "pipeline"),
@@ -51,8 +51,13 @@ ROWS_39: dict[str, tuple[str, str]] = {
     # issue 39: the offline conversation search, the generated path before and after the lead, the agent
     "offline: the message alone": ("hyde=0,history=0", "pipeline"),
     "offline: conversation search (the `conversation` arm)": ("hyde=0", "pipeline"),
-    "v2 hypothesis + conversation search, before (no lead)": ("followup_request_version=2,followup_lead=0", "pipeline"),
-    "v2 hypothesis + conversation search, the hypothesis leads (default)": ("followup_request_version=2", "pipeline"),
+    "v2 hypothesis + conversation search, fused (no lead)": (
+        "followup_request_version=2,followup_lead=0,named_lead=0", "pipeline"),
+    "v2 hypothesis + conversation search, the hypothesis's top leads (default until 2026-11-28)": (
+        "followup_request_version=2,named_lead=0", "pipeline"),
+    "v2 hypothesis + conversation search, the entry the hypothesis names leads": (
+        "followup_request_version=2,followup_lead=0", "pipeline"),
+    "v2 hypothesis + conversation search, both leads (default)": ("followup_request_version=2", "pipeline"),
     "agent: its own query and hypothesis (tools path), before (no lead)": ("agent=replace,cascade_margin=0,followup_lead=0",
                                                                             "agent"),
     "agent: its own query and hypothesis (tools path)": ("agent=replace,cascade_margin=0", "agent"),
@@ -108,7 +113,7 @@ def main() -> None:
     runner = Runner(args.recordings)
     r = runner.retriever
     if "grammar" not in r.store.list_collections():
-        ingest_file(Path("data/eval/grammar/corpus.jsonl"), IngestRequest(collection="grammar", progress=False), r.store, r.dense, r.sparse)
+        ingest_file(corpus_file("grammar"), IngestRequest(collection="grammar", progress=False), r.store, r.dense, r.sparse)
     figures: dict[str, Any] = {}
     print("| set | kind | n | policy | calls / search | not served | recall@1 | hit@1 | recall@5 | top-1 = turn-1 entry |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -118,7 +123,7 @@ def main() -> None:
             if mode == "agent" and name != "followups":
                 continue  # agent turns are recorded for data/eval/followups only
             outcomes = run(runner, spec, mode, data.queries)
-            halves = ("all",) if not args.issue39 else ("fresh",) if name == "fresh" else ("tune", "heldout")
+            halves = ("all",) if not args.issue39 else ("fresh",) if name.startswith("fresh") else ("tune", "heldout")
             for half, kind in ((h, k) for h in halves for k in ("followup", "new", "both")):
                 sub = [(q, o) for q, o in zip(data.queries, outcomes) if (kind == "both" or kind_of[q.id] == kind)
                        and half in ("all", "fresh", half_of(q.id))]

@@ -30,7 +30,7 @@ from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.evaluation.metrics import ndcg_at_k, recall_at_k
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tune_policy import SETS, Runner, parse_policy  # noqa: E402
+from tune_policy import SETS, Runner, corpus_file, parse_policy  # noqa: E402
 
 ONE = "n_hypotheses=1,cascade_margin=0"
 SEP2 = "n_hypotheses=2,generation=separate,cascade_margin=0"
@@ -88,7 +88,7 @@ def main() -> None:
     for collection in dict.fromkeys(s[2] for s in sets):
         if collection not in listed:
             r = runner.retriever
-            ingest_file(Path("data/eval") / collection / "corpus.jsonl", IngestRequest(collection=collection, progress=False), r.store, r.dense, r.sparse)
+            ingest_file(corpus_file(collection), IngestRequest(collection=collection, progress=False), r.store, r.dense, r.sparse)
     figures: dict[str, Any] = {}
     for label, spec in policies.items():
         share = _share(spec)  # retrieve-first: one hypothesis for both searches, written by which collection

@@ -119,6 +119,17 @@ class Policy:
     """Follow-ups: search with the conversation (``history=0``: the last message alone)."""
 
 
+PROJECT_FILES = {"grammar": Path("data/grammar.jsonl"), "docs": Path("data/docs.jsonl")}
+"""What the replays ingest for the tutor's collections: the project files, as `hyde-tutor ingest` does, so the
+payload has every field the pipeline reads (``pattern`` for the named lead); the BEIR ``corpus.jsonl`` of an eval
+set is the same title + text (tests/test_corpus.py keeps them in step) with no other field."""
+
+
+def corpus_file(collection: str) -> Path:
+    """The file a replay ingests for ``collection``: the project file, else the eval set's BEIR corpus."""
+    return PROJECT_FILES.get(collection, Path("data/eval") / collection / "corpus.jsonl")
+
+
 def parse_policy(spec: str) -> Policy:
     policy = Policy()
     for item in filter(None, (s.strip() for s in spec.split(","))):
@@ -137,7 +148,7 @@ def parse_policy(spec: str) -> Policy:
         elif key in ("fusion", "legs", "generation"):
             policy.overrides[key] = value
         elif key in ("rrf_k", "n_hypotheses", "hypothesis_length", "min_agreement", "followup_request_version",
-                     "followup_lead"):
+                     "followup_lead", "named_lead"):
             policy.overrides[key] = int(value)
         else:
             policy.overrides[key] = float(value)
@@ -288,7 +299,7 @@ def main() -> None:
     listed = runner.retriever.store.list_collections()
     for _, root, collection, _ in sets:
         if collection not in listed:
-            ingest_file(Path("data/eval") / collection / "corpus.jsonl", IngestRequest(collection=collection, progress=False),
+            ingest_file(corpus_file(collection), IngestRequest(collection=collection, progress=False),
                         runner.retriever.store, runner.retriever.dense, runner.retriever.sparse)
     figures: dict[str, dict[str, Any]] = {}
     raw: dict[str, dict[str, float]] = {}

@@ -144,15 +144,52 @@ def test_a_follow_up_whose_hypothesis_names_the_entry_finds_it_first(grammar: Hy
     text = "А если пишу то же самое другу в мессенджер?"  # after -(스)ㅂ니다: the informal style, -아/어 (반말)
     assert _ids(grammar, text)[0] not in ("g-c26", "g-c02")  # the message alone: an unrelated entry first
     assert _ids(grammar, text, MEETING)[0] == "g-c02"  # the conversation's search: the entry taught before
-    hr = _writing(grammar, INFORMAL)
+    hr = _writing(grammar, INFORMAL)  # «Конструкция: -아/어 (반말)», its examples about the meeting
     found = asyncio.run(hr.search("grammar", text, history=MEETING, top_k=10))
     assert found.used_hyde and [d.id for d in found.results][0] == "g-c26"
 
 
-def test_without_the_lead_the_conversation_outvotes_the_hypothesis(grammar: HydeRetriever) -> None:
+def test_without_the_named_lead_the_hypothesis_loses_what_it_names(grammar: HydeRetriever) -> None:
+    """The measured failure the named lead fixes: the hypothesis names -아/어 (반말), but its own words (the
+    meeting's examples) rank -(스)ㅂ니다 a hair above it, so no weight or rank lead can keep it first."""
     text = "А если пишу то же самое другу в мессенджер?"
-    found = asyncio.run(_writing(grammar, INFORMAL, followup_lead=0).search("grammar", text, history=MEETING, top_k=10))
-    assert [d.id for d in found.results][:2] == ["g-c02", "g-c26"]  # the measured failure the lead fixes
+    found = asyncio.run(_writing(grammar, INFORMAL, named_lead=0).search("grammar", text, history=MEETING, top_k=10))
+    assert [d.id for d in found.results][:2] == ["g-c02", "g-c26"]
+
+
+def test_a_new_question_keeps_its_fused_ranking(grammar: HydeRetriever) -> None:
+    """The named lead is for follow-ups: a message searched alone keeps the fusion's order."""
+    text = "Как сказать другу в мессенджере, что собрание начинается в три?"
+    ranked = {lead: [d.id for d in asyncio.run(_writing(grammar, INFORMAL, named_lead=lead).search(
+        "grammar", text, top_k=10)).results] for lead in (0, 5)}
+    assert ranked[5] == ranked[0]
+
+
+def test_the_named_entry_leads_only_from_within_the_top_n() -> None:
+    from hyde_tutor.hyde import stages
+    from hyde_tutor.hyde.domains import DOMAINS
+    from hyde_tutor.hyde.result import RetrievedDoc
+
+    docs = [RetrievedDoc(i, 1.0 - n / 10, {"pattern": p}) for n, (i, p) in enumerate(
+        [("a", "-(스)ㅂ니다 / -(스)ㅂ니까?"), ("b", "와/과, 하고, (이)랑"), ("c", "-고 싶어하다"), ("d", "-아/어 (반말)")])]
+    hyp = "Конструкция: -고 싶어 하다 Название: желание третьего лица Объяснение: …"
+    assert stages.named_construction(hyp, "Конструкция:") == "-고 싶어 하다"
+    assert stages.named_construction("Конструкция: -고 싶어 하다\nНазвание: …", "Конструкция:") == "-고 싶어 하다"
+    assert [d.id for d in stages.lead_named(docs, [hyp], DOMAINS["grammar"], 5)] == ["c", "a", "b", "d"]
+    assert [d.id for d in stages.lead_named(docs, [hyp], DOMAINS["grammar"], 2)] == ["a", "b", "c", "d"]  # too far
+    assert [d.id for d in stages.lead_named(docs, [hyp], DOMAINS["grammar"], 0)] == ["a", "b", "c", "d"]  # off
+    assert [d.id for d in stages.lead_named(docs, [hyp], DOMAINS["docs"], 5)] == ["a", "b", "c", "d"]  # names nothing
+    assert [d.id for d in stages.lead_named(docs, ["Ученик хочет…"], DOMAINS["grammar"], 5)] == ["a", "b", "c", "d"]
+
+
+def test_notations_name_the_same_construction_by_their_morphemes() -> None:
+    from hyde_tutor.retrieval.patterns import names_match
+
+    assert names_match("-고 싶어 하다", "-고 싶어하다")  # spacing
+    assert names_match("-(으)ㄹ 줄 모르다", "-(으)ㄹ 줄 알다/모르다")  # one of the entry's alternatives
+    assert not names_match("-아/어 (반말)", "-아요/어요")
+    # a lone modifier ending (ㄴ of «-(으)ㄴ/는데도») names none of the dozens of notations that hold it
+    assert not names_match("-(으)ㄴ/는데도", "-(으)ㄴ / -는 / -(으)ㄹ")
 
 
 def test_the_lead_applies_to_follow_ups_only_and_not_with_the_embedded_model() -> None:
@@ -168,3 +205,4 @@ def test_the_lead_applies_to_follow_ups_only_and_not_with_the_embedded_model() -
     assert HydePolicy.resolve(HydeSettings()).followup_lead == 1
     assert HydePolicy.resolve(HydeSettings(), weak_model=True).followup_lead == 0
     assert HydePolicy.resolve(HydeSettings(followup_lead=2), weak_model=True).followup_lead == 2
+    assert (HydePolicy.resolve(HydeSettings()).named_lead, HydePolicy.resolve(HydeSettings(), weak_model=True).named_lead) == (5, 0)

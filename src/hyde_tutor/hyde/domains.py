@@ -31,11 +31,18 @@ class DomainProfile:
     """User message template for a follow-up question (``{conversation}``, ``{query}``, ``{perspective}``)."""
     min_hangul_chars: int
     """Drop a hypothesis with fewer Hangul characters (``HYDE_HYDE__MIN_HANGUL_CHARS`` overrides)."""
+    name_header: str | None = None
+    """The header with which the prompt's format names the construction (``Конструкция:``); with ``name_field``
+    the pipeline can tell which entry a hypothesis names (``HydePolicy.named_lead``). None: the domain's
+    hypotheses name nothing."""
+    name_field: str | None = None
+    """The payload field holding an entry's own notation of its construction (``pattern``)."""
 
 
 DOMAINS: dict[str, DomainProfile] = {
     "grammar": DomainProfile(name="grammar", prompt="hypothesis_grammar", request="hypothesis_request",
-                             perspectives="perspectives", multi_request="hypothesis_multi_request", min_hangul_chars=4),
+                             perspectives="perspectives", multi_request="hypothesis_multi_request", min_hangul_chars=4,
+                             name_header="Конструкция:", name_field="pattern"),
     "docs": DomainProfile(name="docs", prompt="hypothesis_docs", request="hypothesis_request",
                           perspectives="perspectives", multi_request="hypothesis_multi_request", min_hangul_chars=4),
     "passage": DomainProfile(name="passage", prompt="hypothesis_passage", request="hypothesis_passage_request",

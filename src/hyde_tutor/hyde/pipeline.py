@@ -3,7 +3,7 @@
 1. validate the query and plan the search (HyDE on/off: the call, else the policy; depth; fusion);
 2. the raw-query channel and the hypothesis generation run IN PARALLEL;
 3. all hypotheses embedded in one batch, all their hybrid searches in one batched store call;
-4. off-topic hypotheses dropped (agreement with the raw channel), channels fused (rrf | max | mean | score);
+4. off-topic hypotheses dropped (agreement with the raw channel), channels fused, a follow-up's named entry first;
 5. optional rerank against the original query, adaptive threshold;
 6. any HyDE failure falls back to the raw results with a recorded reason; the result is built once.
 """
@@ -67,8 +67,7 @@ class HydeRetriever:
 
     @property
     def policy(self) -> HydePolicy:
-        """The policy in force for the default domain, resolved from the settings on every read (a changed
-        setting applies to the next search)."""
+        """The policy in force for the default domain, resolved from the settings on every read."""
         return self.policy_for(None)
 
     def policy_for(self, domain: Domain | None) -> HydePolicy:
@@ -320,8 +319,10 @@ class HydeRetriever:
         gated = stages.gate(found.channels, raw.channels[RAW], plan.policy.min_agreement)
         if not gated.channels:
             return self._fallback(raw, "off_topic", gated.notes, found)
-        fused = stages.fuse_hyde(raw.channels, gated.channels, plan.fusion, stages.Weights.of(
-            plan.policy, self.questions.weight), plan.include_raw, plan.policy.protect_top, plan.lead)
+        fused = stages.lead_named(stages.fuse_hyde(  # a follow-up: the entry the hypothesis names first
+            raw.channels, gated.channels, plan.fusion, stages.Weights.of(plan.policy, self.questions.weight),
+            plan.include_raw, plan.policy.protect_top, plan.lead), [h.text for h in generated.hypotheses],
+            DOMAINS[plan.domain], plan.policy.named_lead if plan.followup else 0)
         if not fused:
             return self._fallback(raw, "no_results", gated.notes, found)
         return Ranked(fused, True, None, gated.notes, found.embed_ms, found.search_ms)

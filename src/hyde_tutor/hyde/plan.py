@@ -47,10 +47,15 @@ class Plan:
         return (self.request.generation or self.policy.generation) == "one_call"
 
     @property
+    def followup(self) -> bool:
+        """Whether the raw channel searched the conversation (the message was read as a follow-up)."""
+        return bool(self.queries) or self.search_text != self.text
+
+    @property
     def lead(self) -> int:
-        """How many of the hypotheses' top entries lead the fused ranking: the policy's ``followup_lead`` when the
-        raw channel searched the conversation (the message read as a follow-up), else none."""
-        return self.policy.followup_lead if self.queries or self.search_text != self.text else 0
+        """How many of the hypotheses' top entries lead the fused ranking: the policy's ``followup_lead`` for a
+        follow-up, else none."""
+        return self.policy.followup_lead if self.followup else 0
 
     @property
     def cascade_margin(self) -> float:
