@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tune_policy import Runner, corpus_file, parse_policy  # noqa: E402
 
 SETS = {"followups": "data/eval/followups", "conversations": "data/eval/conversations",
-        "fresh": "data/eval/fresh_followups", "fresh2": "data/eval/fresh_followups2"}
+        "fresh": "data/eval/fresh_followups", "fresh2": "data/eval/fresh_followups2",
+        "fresh3": "data/eval/fresh_followups3"}
 ROWS: dict[str, tuple[str, str]] = {
     # label: (policy spec, how the hypothesis meets the raw channel)
     "raw, the message alone": ("hyde=0,history=0", "pipeline"),

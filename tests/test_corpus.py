@@ -67,3 +67,15 @@ def test_grammar_holdout_is_labelled_against_the_grammar_corpus_and_new() -> Non
     tuned_on = {q.text for q in load_beir(DATA / "eval" / "grammar").queries}
     assert not tuned_on & {q.text for q in holdout.queries}
     assert sum(q.group == "unnamed" for q in holdout.queries) * 2 >= len(holdout.queries)
+
+
+def test_the_conversation_sets_label_entries_of_the_grammar_corpus_they_carry() -> None:
+    """The follow-up sets carry a copy of the grammar corpus (BEIR layout); the replays search the project's own
+    corpus, so a copy that fell behind it, or a label naming an entry it lacks, would score a different corpus."""
+    grammar = _lines(DATA / "eval" / "grammar" / "corpus.jsonl")
+    ids = {r["_id"] for r in grammar}
+    for name in ("conversations", "followups", "fresh_followups", "fresh_followups2", "fresh_followups3"):
+        ds = load_beir(DATA / "eval" / name)
+        assert _lines(DATA / "eval" / name / "corpus.jsonl") == grammar, name
+        assert ds.queries and all(doc in ids for rel in ds.qrels.values() for doc in rel), name
+        assert all(q["history"] for q in _lines(DATA / "eval" / name / "queries.jsonl")), name
