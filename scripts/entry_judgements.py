@@ -40,6 +40,8 @@ def qrels(folder: str) -> dict[str, set[str]]:
 def main() -> None:
     keymap = json.loads((JUDGED / "keymap.json").read_text(encoding="utf-8"))
     one, two = answers(keymap, "judge1.jsonl"), answers(keymap, "judge2.jsonl")
+    if one.keys() != two.keys():
+        raise SystemExit("the two judges' files cover different items")
     both = {p: one[p] and two[p] for p in one}
     print(f"judges agree on {sum(one[p] == two[p] for p in one)} of {len(one)} items")
     print("| set | recording | kind | path | first entry is the label | the label or judged right by both |")
@@ -49,7 +51,8 @@ def main() -> None:
         labels = [(q, e) for q in rel for e in rel[q]]
         print(f"<!-- {name}: labels judged right by both judges: {sum(both[p] for p in labels)} of {len(labels)} -->")
         for rec in recordings:
-            figures = json.loads((ROOT / "docs" / "recorded" / f"issue39.{name}.{rec}.json").read_text())[name]
+            figures = json.loads((ROOT / "docs" / "recorded" / f"issue39.{name}.{rec}.json").read_text(
+                encoding="utf-8"))[name]
             for kind in ("followup", "new"):
                 for path, label in PATHS.items():
                     if path == "offline" and rec != recordings[0]:

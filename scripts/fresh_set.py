@@ -5,7 +5,7 @@ The writers (who never see the corpus) save one chat per line: {"id", "kind", "h
 {"id", "relevant": ["g-…", …], "turn1_entry": "g-…" or "", "drop": null or "why no entry answers it"}.
 This script joins them into ``queries.jsonl`` (``metadata``: kind, turn1_entry, same_entry, writer,
 writer_note), ``qrels/test.tsv`` and a copy of the corpus, and refuses chats without a label, labels naming an
-entry the corpus lacks, and duplicate ids.
+entry the corpus lacks, labels of chats nobody wrote, and ids written or labelled twice, naming every problem.
 
     .venv/bin/python scripts/fresh_set.py --chats w3.jsonl w4.jsonl --labels labels.jsonl \\
         --corpus data/eval/grammar/corpus.jsonl --out data/eval/fresh_followups2
@@ -26,7 +26,7 @@ def _lines(path: Path) -> list[dict]:
 
 def build(chats: list[dict], labels: dict[str, dict], corpus_ids: set[str]) -> tuple[list[dict], list[tuple[str, str]]]:
     """The set's queries and qrels rows; raises ``ValueError`` naming every problem at once."""
-    problems: list[str] = []
+    problems: list[str] = [f"{qid}: labelled, but no writer wrote it" for qid in labels.keys() - {c["id"] for c in chats}]
     seen: set[str] = set()
     queries: list[dict] = []
     qrels: list[tuple[str, str]] = []
@@ -41,15 +41,19 @@ def build(chats: list[dict], labels: dict[str, dict], corpus_ids: set[str]) -> t
             continue
         if label.get("drop"):
             continue
-        unknown = [d for d in [*label["relevant"], label.get("turn1_entry") or ""] if d and d not in corpus_ids]
-        if unknown or not label["relevant"]:
-            problems.append(f"{qid}: labels {unknown or 'none'} are not entries of the corpus")
+        relevant = label.get("relevant") or []
+        if not relevant:
+            problems.append(f"{qid}: no relevant entry and no drop reason")
+            continue
+        unknown = [d for d in [*relevant, label.get("turn1_entry") or ""] if d and d not in corpus_ids]
+        if unknown:
+            problems.append(f"{qid}: {unknown} are not entries of the corpus")
             continue
         turn1 = label.get("turn1_entry") or ""
         queries.append({"_id": qid, "text": chat["text"], "history": chat["history"], "metadata": {
-            "kind": chat["kind"], "turn1_entry": turn1, "same_entry": bool(turn1) and turn1 in label["relevant"],
+            "kind": chat["kind"], "turn1_entry": turn1, "same_entry": bool(turn1) and turn1 in relevant,
             "writer": qid.split("-")[0], "writer_note": chat.get("intended", "")}})
-        qrels.extend((qid, d) for d in label["relevant"])
+        qrels.extend((qid, d) for d in relevant)
     if problems:
         raise ValueError("; ".join(problems))
     return queries, qrels
@@ -63,7 +67,10 @@ def main() -> None:
     ap.add_argument("--out", required=True, type=Path)
     args = ap.parse_args()
     chats = [c for path in args.chats for c in _lines(path)]
-    labels = {row["id"]: row for row in _lines(args.labels)}
+    rows = _lines(args.labels)
+    labels = {row["id"]: row for row in rows}
+    if len(labels) < len(rows):
+        sys.exit(f"not written: {len(rows) - len(labels)} chats are labelled twice in {args.labels}")
     corpus_ids = {row["_id"] for row in _lines(args.corpus)}
     try:
         queries, qrels = build(chats, labels, corpus_ids)

@@ -165,29 +165,87 @@ def test_a_new_question_keeps_its_fused_ranking(grammar: HydeRetriever) -> None:
     assert ranked[5] == ranked[0]
 
 
-def test_the_named_entry_leads_only_from_within_the_top_n() -> None:
-    from hyde_tutor.hyde import stages
-    from hyde_tutor.hyde.domains import DOMAINS
+def _docs(*pairs: tuple[str, str]):
     from hyde_tutor.hyde.result import RetrievedDoc
 
-    docs = [RetrievedDoc(i, 1.0 - n / 10, {"pattern": p}) for n, (i, p) in enumerate(
-        [("a", "-(스)ㅂ니다 / -(스)ㅂ니까?"), ("b", "와/과, 하고, (이)랑"), ("c", "-고 싶어하다"), ("d", "-아/어 (반말)")])]
+    return [RetrievedDoc(i, 1.0 - n / 10, {"pattern": p}) for n, (i, p) in enumerate(pairs)]
+
+
+FOUR = (("a", "-(스)ㅂ니다 / -(스)ㅂ니까?"), ("b", "와/과, 하고, (이)랑"), ("c", "-고 싶어하다"), ("d", "-아/어 (반말)"))
+
+
+def test_the_named_entry_leads_only_from_within_the_top_n() -> None:
+    from hyde_tutor.hyde.domains import DOMAINS
+    from hyde_tutor.hyde.named import lead_named
+
+    docs = _docs(*FOUR)
     hyp = "Конструкция: -고 싶어 하다 Название: желание третьего лица Объяснение: …"
-    assert stages.named_construction(hyp, "Конструкция:") == "-고 싶어 하다"
-    assert stages.named_construction("Конструкция: -고 싶어 하다\nНазвание: …", "Конструкция:") == "-고 싶어 하다"
-    assert [d.id for d in stages.lead_named(docs, [hyp], DOMAINS["grammar"], 5)] == ["c", "a", "b", "d"]
-    assert [d.id for d in stages.lead_named(docs, [hyp], DOMAINS["grammar"], 2)] == ["a", "b", "c", "d"]  # too far
-    assert [d.id for d in stages.lead_named(docs, [hyp], DOMAINS["grammar"], 0)] == ["a", "b", "c", "d"]  # off
-    assert [d.id for d in stages.lead_named(docs, [hyp], DOMAINS["docs"], 5)] == ["a", "b", "c", "d"]  # names nothing
-    assert [d.id for d in stages.lead_named(docs, ["Ученик хочет…"], DOMAINS["grammar"], 5)] == ["a", "b", "c", "d"]
+    led = lead_named(docs, [hyp], DOMAINS["grammar"], 5)
+    assert [d.id for d in led] == ["c", "a", "b", "d"]
+    scores = [d.score for d in led]
+    assert scores == sorted(scores, reverse=True)  # raised to stay on top: thresholds read the list top down
+    assert [d.id for d in lead_named(docs, [hyp], DOMAINS["grammar"], 2)] == ["a", "b", "c", "d"]  # too far
+    assert [d.id for d in lead_named(docs, [hyp], DOMAINS["grammar"], 0)] == ["a", "b", "c", "d"]  # off
+    assert [d.id for d in lead_named(docs, [hyp], DOMAINS["docs"], 5)] == ["a", "b", "c", "d"]  # names nothing
+    assert [d.id for d in lead_named(docs, ["Ученик хочет…"], DOMAINS["grammar"], 5)] == ["a", "b", "c", "d"]
+
+
+def test_the_name_is_read_the_ways_models_write_it() -> None:
+    from hyde_tutor.hyde.named import named_construction
+
+    header = "Конструкция:"
+    for text in ("Конструкция: -고 싶어 하다\nНазвание: …", "Конструкция: -고 싶어 하다 Название: желание …",
+                 "**Конструкция:** -고 싶어 하다 **Название:** желание", "конструкция: «-고 싶어 하다».",
+                 "Конструкция: -고 싶어 하다 — желание другого Когда употребляется: …",
+                 "Конструкция: -고 싶어 하다 Когда употребляется: когда желание не своё"):
+        assert named_construction(text, header) == "-고 싶어 하다", text
+    assert named_construction("Конструкция: -(으)ㄹ까요? Название: предложение", header) == "-(으)ㄹ까요?"
+    assert named_construction("Объяснение: без заголовка", header) is None
+    assert named_construction("Конструкция: …\nНазвание: x", header) == "…"  # names nothing the analyser reads
+
+
+def test_the_exact_name_wins_over_a_partial_one_and_a_title_serves_without_a_pattern() -> None:
+    from hyde_tutor.hyde.domains import DOMAINS
+    from hyde_tutor.hyde.named import lead_named
+    from hyde_tutor.hyde.result import RetrievedDoc
+
+    docs = _docs(("x", "-아/어야겠다"), ("y", "-는데/(으)ㄴ데"), ("z", "-겠-"))
+    assert [d.id for d in lead_named(docs, ["Конструкция: -겠- Название: …"], DOMAINS["grammar"], 5)][0] == "z"
+    assert [d.id for d in lead_named(docs, ["Конструкция: -아/어서 Название: …"], DOMAINS["grammar"], 5)][0] == "x"
+    beir = [RetrievedDoc("p", 0.9, {"title": "-(스)ㅂ니다 — официальный стиль"}), RetrievedDoc("q", 0.8, None),
+            RetrievedDoc("r", 0.7, {"title": "-아/어 (반말) — неформальный стиль"})]
+    assert [d.id for d in lead_named(beir, ["Конструкция: -아/어 (반말)"], DOMAINS["grammar"], 5)] == ["r", "p", "q"]
+
+
+def test_only_a_hypothesis_the_gate_kept_names_the_entry() -> None:
+    from hyde_tutor.hyde.hypotheses import Hypothesis
+    from hyde_tutor.hyde.named import kept_texts
+
+    hyps = [Hypothesis("Конструкция: -고 싶어 하다", "rule"), Hypothesis("Конструкция: -아/어 (반말)", "example")]
+    assert kept_texts(hyps, {"raw": [], "hyde:rule": []}) == ["Конструкция: -고 싶어 하다"]  # example was off-topic
+
+
+def test_a_failing_analyser_leaves_the_fused_ranking(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hyde_tutor.hyde import named
+    from hyde_tutor.hyde.domains import DOMAINS
+
+    def broken(name: str, notation: str) -> int:
+        raise RuntimeError("kiwi failed")
+
+    monkeypatch.setattr(named, "name_match", broken)
+    docs = _docs(*FOUR)
+    assert named.lead_named(docs, ["Конструкция: -아/어 (반말)"], DOMAINS["grammar"], 5) == docs
 
 
 def test_notations_name_the_same_construction_by_their_morphemes() -> None:
-    from hyde_tutor.retrieval.patterns import names_match
+    from hyde_tutor.retrieval.patterns import name_match, names_match
 
     assert names_match("-고 싶어 하다", "-고 싶어하다")  # spacing
     assert names_match("-(으)ㄹ 줄 모르다", "-(으)ㄹ 줄 알다/모르다")  # one of the entry's alternatives
     assert not names_match("-아/어 (반말)", "-아요/어요")
+    assert not names_match("-아/어서", "-아/어 (반말)")  # its longest written-out form is 어서, not 어
+    assert not names_match("-아/어도", "-아/어 (반말)")
+    assert (name_match("-겠-", "-겠-"), name_match("-겠-", "-아/어야겠다")) == (2, 1)  # exact over partial
     # a lone modifier ending (ㄴ of «-(으)ㄴ/는데도») names none of the dozens of notations that hold it
     assert not names_match("-(으)ㄴ/는데도", "-(으)ㄴ / -는 / -(으)ㄹ")
 

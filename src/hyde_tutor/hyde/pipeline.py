@@ -33,7 +33,7 @@ from ..retrieval.retriever import Retriever
 from ..retrieval.store import Hit
 from ..retrieval.schemas import CollectionSchema
 from ..retrieval.validation import validate_query, validate_top_k
-from . import stages
+from . import named, stages
 from .generators import GeneratorFactory, GeneratorPool
 from .question_index import QuestionsProbe
 from .policy import AGREEMENT_DEPTH, SCORE_FUSION_DEPTH, FusionMode, HydePolicy
@@ -45,17 +45,9 @@ _log = logging.getLogger("hyde_tutor")
 class HydeRetriever:
     """HyDE on top of a :class:`Retriever`. Generators are created lazily, so plain searches never load an LLM."""
 
-    def __init__(
-        self,
-        retriever: Retriever,
-        generator_factory: GeneratorFactory,
-        settings: HydeSettings | None = None,
-        *,
-        reranker: Reranker | None = None,
-        domains: Mapping[str, Domain] | None = None,
-        questions: QuestionSettings | None = None,
-        weak_model: bool = False,
-    ) -> None:
+    def __init__(self, retriever: Retriever, generator_factory: GeneratorFactory, settings: HydeSettings | None = None,
+                 *, reranker: Reranker | None = None, domains: Mapping[str, Domain] | None = None,
+                 questions: QuestionSettings | None = None, weak_model: bool = False) -> None:
         self.retriever = retriever
         self.settings = settings or HydeSettings()
         self.questions = questions or QuestionSettings()
@@ -319,10 +311,11 @@ class HydeRetriever:
         gated = stages.gate(found.channels, raw.channels[RAW], plan.policy.min_agreement)
         if not gated.channels:
             return self._fallback(raw, "off_topic", gated.notes, found)
-        fused = stages.lead_named(stages.fuse_hyde(  # a follow-up: the entry the hypothesis names first
-            raw.channels, gated.channels, plan.fusion, stages.Weights.of(plan.policy, self.questions.weight),
-            plan.include_raw, plan.policy.protect_top, plan.lead), [h.text for h in generated.hypotheses],
-            DOMAINS[plan.domain], plan.policy.named_lead if plan.followup else 0)
+        fused = stages.fuse_hyde(raw.channels, gated.channels, plan.fusion, stages.Weights.of(
+            plan.policy, self.questions.weight), plan.include_raw, plan.policy.protect_top, plan.lead)
+        if plan.followup and plan.policy.named_lead:  # the entry a kept hypothesis names goes first (named.py)
+            kept = named.kept_texts(generated.hypotheses, gated.channels)
+            fused = await asyncio.to_thread(named.lead_named, fused, kept, DOMAINS[plan.domain], plan.policy.named_lead)
         if not fused:
             return self._fallback(raw, "no_results", gated.notes, found)
         return Ranked(fused, True, None, gated.notes, found.embed_ms, found.search_ms)

@@ -10,7 +10,6 @@ channel's encoding is reused by the hypothesis channels (the legs HyDE does not 
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,11 +27,9 @@ from .fusion import (
     reciprocal_rank_fusion,
     weighted_score_fusion,
 )
-from .domains import DomainProfile
 from .hypotheses import Hypothesis
 from ..telemetry import logfire
 from .rerank import Reranker, adaptive_threshold
-from ..retrieval.patterns import names_match
 from ..retrieval.retriever import EncodedQueries, Retriever
 from ..retrieval.sparse import SparseVec
 from ..retrieval.store import Hit, questions_collection
@@ -267,28 +264,6 @@ def fuse_hyde(
         order = protect_head([(d.id, d.score) for d in fused], anchor, lead)
         fused = [RetrievedDoc(d, s, by_id[d].payload, by_id[d].channels) for d, s in order]
     return fused
-
-
-def named_construction(text: str, header: str) -> str | None:
-    """The construction a hypothesis names after ``header`` (up to the next «Header:» or line end), or None."""
-    found = re.search(rf"{re.escape(header)}\s*(.+?)\s*(?=\n|\s[А-ЯЁA-Z][а-яёa-z]+:|$)", text)
-    return found.group(1) if found else None
-
-
-def lead_named(fused: Sequence[RetrievedDoc], texts: Sequence[str], profile: DomainProfile,
-               depth: int) -> list[RetrievedDoc]:
-    """``fused`` with the best-ranked of its top ``depth`` whose notation (the profile's ``name_field``) names a
-    construction one of the hypotheses ``texts`` names after the profile's ``name_header``
-    (:func:`~hyde_tutor.retrieval.patterns.names_match`) moved first; unchanged when none does, ``depth`` is 0,
-    or the domain's hypotheses name nothing."""
-    if not (depth and profile.name_header and profile.name_field):
-        return list(fused)
-    names = [n for n in (named_construction(t, profile.name_header) for t in texts) if n]
-    for i, doc in enumerate(fused[:depth] if names else ()):
-        notation = doc.payload.get(profile.name_field) if doc.payload else None
-        if notation and any(names_match(str(notation), name) for name in names):
-            return [doc, *fused[:i], *fused[i + 1:]] if i else list(fused)
-    return list(fused)
 
 
 def plain(raw: Channels, weights: Weights) -> list[RetrievedDoc]:

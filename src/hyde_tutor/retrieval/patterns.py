@@ -20,7 +20,7 @@ from functools import lru_cache
 
 from .analysis import morphemes
 
-__all__ = ["GAP", "names_match", "pattern_sequences", "sentence_morphemes", "uses_pattern"]
+__all__ = ["GAP", "HANGUL", "name_match", "names_match", "pattern_sequences", "sentence_morphemes", "uses_pattern"]
 
 HANGUL = re.compile("[가-힣]")
 _JAMO_CODA = {"ㄱ": "\u11a8", "ㄴ": "\u11ab", "ㄹ": "\u11af", "ㅁ": "\u11b7", "ㅂ": "\u11b8", "ㅅ": "\u11ba",
@@ -238,7 +238,26 @@ def _distinctive(notation: str) -> frozenset[tuple[tuple[str, str], ...]]:
                      if not (len(s) == 1 and not HANGUL.search(s[0][0])))
 
 
+def _longest(sequences: frozenset[tuple[tuple[str, str], ...]]) -> frozenset[tuple[tuple[str, str], ...]]:
+    """The sequences with the most letters (``어서`` over ``어`` for ``-아/어서``)."""
+    size = {s: sum(len(form) for form, _ in s) for s in sequences}
+    top = max(size.values(), default=0)
+    return frozenset(s for s in sequences if size[s] == top)
+
+
+def name_match(name: str, notation: str) -> int:
+    """How well an entry's ``notation`` matches the construction ``name`` (e.g. what a hypothesis names):
+    2 when their longest morpheme sequences meet (``-고 싶어 하다`` and ``-고 싶어하다``; ``-(으)ㄹ 줄 모르다`` and
+    ``-(으)ㄹ 줄 알다/모르다``), 1 when the name's longest sequence is only one of the notation's shorter ones
+    (``-겠-`` and an entry that also lists ``-겠-``), 0 otherwise. Only the name's longest sequences (most
+    letters) count, so ``-아/어서`` (written out as ``-아`` and ``-어서``) does not name ``-아/어 (반말)``."""
+    wanted = _longest(_distinctive(name))
+    found = _distinctive(notation)
+    if not wanted & found:
+        return 0
+    return 2 if wanted & _longest(found) else 1
+
+
 def names_match(a: str, b: str) -> bool:
-    """Whether two notations name the same construction: they share a morpheme sequence (``-고 싶어 하다`` and
-    ``-고 싶어하다``; ``-(으)ㄹ 줄 모르다`` and ``-(으)ㄹ 줄 알다/모르다``), spelling and spacing aside."""
-    return bool(_distinctive(a) & _distinctive(b))
+    """Whether notation ``b`` names the construction ``a`` names, spelling and spacing aside (:func:`name_match`)."""
+    return name_match(a, b) > 0

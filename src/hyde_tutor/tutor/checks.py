@@ -18,13 +18,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..retrieval.analysis import morphemes
-from ..retrieval.patterns import pattern_sequences, uses_pattern
+from ..retrieval.patterns import HANGUL, pattern_sequences, uses_pattern
 
 __all__ = ["AGREE_MIN", "KOREAN_TEXT", "meaning_check", "meaning_check_of", "korean_sentences", "pattern_sequences", "sentence_problem", "uses_pattern"]
 
 KOREAN_TEXT = re.compile(r"^[가-힣0-9\s.,!?~…\"'«»“”‘’()\-:;]+$")
 """What a Korean sentence of a reply may hold: Hangul syllables, digits, spaces, punctuation."""
-HANGUL = re.compile("[가-힣]")
 NO_EXAMPLES_CHARS = 40
 """How long a sentence may be on an entry with no examples of its own."""
 _SENTENCE = re.compile(r"[^.!?…]*[.!?…]+|[^.!?…]+$")

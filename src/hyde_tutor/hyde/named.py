@@ -1,0 +1,79 @@
+"""The entry a hypothesis names goes first (``HydePolicy.named_lead``, issue 39).
+
+A hypothesis in the grammar format names its construction in its first line («Конструкция: -아/어 (반말)»). Its
+words can still rank a neighbouring entry a hair higher (its examples share the earlier question's words); its
+name cannot be outvoted: when an entry of the fused top N has that pattern, it goes first. The notations are
+compared by the Korean analyser (:func:`~hyde_tutor.retrieval.patterns.name_match`), so spelling and spacing do
+not matter and a name matches one alternative of an entry's notation.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..retrieval.patterns import name_match
+from .domains import DomainProfile
+from .fusion import protect_head
+from .result import RetrievedDoc
+
+__all__ = ["kept_texts", "lead_named", "named_construction"]
+
+_log = logging.getLogger("hyde_tutor.hyde")
+_NEXT_HEADER = re.compile(r"\s+(?:[*_]+\s*)?[А-ЯЁA-Z][а-яёa-z]+(?:\s[а-яёa-z]+)?\s*:")
+_CUT = re.compile(r"\s[—–]\s|\s\(напр|;")
+_STRIP = "*_«»\"'`“” .,!:;"
+
+
+def named_construction(text: str, header: str) -> str | None:
+    """The construction a hypothesis names after ``header`` (case aside, markdown emphasis allowed), up to the
+    line's end or the next «Header:» (one or two words), without a trailing gloss («-고 싶다 — желание») or
+    punctuation; None when the header is missing or names nothing."""
+    found = re.search(rf"(?:[*_]+\s*)?{re.escape(header.rstrip(':'))}\s*:\s*[*_]*\s*(.+)", text, re.IGNORECASE)
+    if not found:
+        return None
+    name = _NEXT_HEADER.split(found.group(1).split("\n", 1)[0], maxsplit=1)[0]
+    name = _CUT.split(name, maxsplit=1)[0].strip(_STRIP)
+    return name or None
+
+
+def _notation(payload: Mapping[str, Any] | None, field: str) -> str | None:
+    """An entry's notation: the payload's ``field``, else a BEIR export's title («-고 싶다 — желание …»)."""
+    if not payload:
+        return None
+    value = payload.get(field) or str(payload.get("title") or "").split(" — ", 1)[0]
+    return str(value) if value else None
+
+
+def kept_texts(hypotheses: Sequence[Any], channels: Mapping[str, Any]) -> list[str]:
+    """The texts of the hypotheses whose channel (``hyde:<perspective>``) the agreement gate kept: an off-topic
+    hypothesis names nothing the search should follow."""
+    return [h.text for h in hypotheses if f"hyde:{h.perspective}" in channels]
+
+
+def lead_named(fused: Sequence[RetrievedDoc], texts: Sequence[str], profile: DomainProfile,
+               depth: int) -> list[RetrievedDoc]:
+    """``fused`` with the entry of its top ``depth`` that best matches a construction the hypotheses ``texts``
+    name (the profile's ``name_header``) moved first, its score raised to stay on top (as ``protect_head`` does);
+    the best-ranked among equally good matches. Unchanged when nothing matches, ``depth`` is 0, the domain's
+    hypotheses name nothing, or the analyser fails (logged: the fused ranking stands). Blocking (the analyser)."""
+    if not (depth and profile.name_header and profile.name_field):
+        return list(fused)
+    try:
+        names = [n for n in (named_construction(t, profile.name_header) for t in texts) if n]
+        best, first = 0, None
+        for doc in fused[:depth] if names else ():
+            notation = _notation(doc.payload, profile.name_field)
+            strength = max((name_match(name, notation) for name in names), default=0) if notation else 0
+            if strength > best:
+                best, first = strength, doc
+    except Exception:  # noqa: BLE001 - a HyDE refinement never fails the search
+        _log.warning("hyde-tutor: the named lead failed; the fused ranking stands", exc_info=True)
+        return list(fused)
+    if first is None or first is fused[0]:
+        return list(fused)
+    by_id = {d.id: d for d in fused}
+    order = protect_head([(d.id, d.score) for d in fused], [first.id], 1)
+    return [RetrievedDoc(d, s, by_id[d].payload, by_id[d].channels) for d, s in order]
