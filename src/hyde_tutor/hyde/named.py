@@ -16,8 +16,8 @@ from typing import Any
 
 from ..retrieval.patterns import name_match
 from .domains import DomainProfile
-from .fusion import protect_head
 from .result import RetrievedDoc
+from .stages import keep_on_top
 
 __all__ = ["kept_texts", "lead_named", "named_construction"]
 
@@ -56,7 +56,7 @@ def kept_texts(hypotheses: Sequence[Any], channels: Mapping[str, Any]) -> list[s
 def lead_named(fused: Sequence[RetrievedDoc], texts: Sequence[str], profile: DomainProfile,
                depth: int) -> list[RetrievedDoc]:
     """``fused`` with the entry of its top ``depth`` that best matches a construction the hypotheses ``texts``
-    name (the profile's ``name_header``) moved first, its score raised to stay on top (as ``protect_head`` does);
+    name (the profile's ``name_header``) moved first, its score raised to stay on top (``stages.keep_on_top``);
     the best-ranked among equally good matches. Unchanged when nothing matches, ``depth`` is 0, the domain's
     hypotheses name nothing, or the analyser fails (logged: the fused ranking stands). Blocking (the analyser)."""
     if not (depth and profile.name_header and profile.name_field):
@@ -74,6 +74,4 @@ def lead_named(fused: Sequence[RetrievedDoc], texts: Sequence[str], profile: Dom
         return list(fused)
     if first is None or first is fused[0]:
         return list(fused)
-    by_id = {d.id: d for d in fused}
-    order = protect_head([(d.id, d.score) for d in fused], [first.id], 1)
-    return [RetrievedDoc(d, s, by_id[d].payload, by_id[d].channels) for d, s in order]
+    return keep_on_top(fused, [first.id], 1)

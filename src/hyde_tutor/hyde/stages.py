@@ -255,15 +255,18 @@ def fuse_hyde(
         channels = {**({QUESTIONS: raw[QUESTIONS]} if QUESTIONS in raw else {}), **hypotheses}
     fused = fuse(channels, fusion, weights)
     if include_raw and protect_top:
-        by_id = {d.id: d for d in fused}
-        order = protect_head([(d.id, d.score) for d in fused], [h.doc_id for h in raw[RAW]], protect_top)
-        fused = [RetrievedDoc(d, s, by_id[d].payload, by_id[d].channels) for d, s in order]
+        fused = keep_on_top(fused, [h.doc_id for h in raw[RAW]], protect_top)
     if lead and hypotheses:
-        by_id = {d.id: d for d in fused}
-        anchor = [d.id for d in fuse(hypotheses, fusion, weights)]
-        order = protect_head([(d.id, d.score) for d in fused], anchor, lead)
-        fused = [RetrievedDoc(d, s, by_id[d].payload, by_id[d].channels) for d, s in order]
+        fused = keep_on_top(fused, [d.id for d in fuse(hypotheses, fusion, weights)], lead)
     return fused
+
+
+def keep_on_top(docs: Sequence[RetrievedDoc], anchor: Sequence[str], m: int) -> list[RetrievedDoc]:
+    """``docs`` with the first ``m`` of ``anchor`` on top, their scores raised to stay non-increasing
+    (:func:`~hyde_tutor.hyde.fusion.protect_head` over the documents)."""
+    by_id = {d.id: d for d in docs}
+    order = protect_head([(d.id, d.score) for d in docs], anchor, m)
+    return [RetrievedDoc(d, s, by_id[d].payload, by_id[d].channels) for d, s in order]
 
 
 def plain(raw: Channels, weights: Weights) -> list[RetrievedDoc]:
