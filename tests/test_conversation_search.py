@@ -238,16 +238,16 @@ def test_a_failing_analyser_leaves_the_fused_ranking(monkeypatch: pytest.MonkeyP
 
 
 def test_notations_name_the_same_construction_by_their_morphemes() -> None:
-    from hyde_tutor.retrieval.patterns import name_match, names_match
+    from hyde_tutor.retrieval.patterns import name_match
 
-    assert names_match("-고 싶어 하다", "-고 싶어하다")  # spacing
-    assert names_match("-(으)ㄹ 줄 모르다", "-(으)ㄹ 줄 알다/모르다")  # one of the entry's alternatives
-    assert not names_match("-아/어 (반말)", "-아요/어요")
-    assert not names_match("-아/어서", "-아/어 (반말)")  # its longest written-out form is 어서, not 어
-    assert not names_match("-아/어도", "-아/어 (반말)")
+    assert name_match("-고 싶어 하다", "-고 싶어하다")  # spacing
+    assert name_match("-(으)ㄹ 줄 모르다", "-(으)ㄹ 줄 알다/모르다")  # one of the entry's alternatives
+    assert not name_match("-아/어 (반말)", "-아요/어요")
+    assert not name_match("-아/어서", "-아/어 (반말)")  # its longest written-out form is 어서, not 어
+    assert not name_match("-아/어도", "-아/어 (반말)")
     assert (name_match("-겠-", "-겠-"), name_match("-겠-", "-아/어야겠다")) == (2, 1)  # exact over partial
     # a lone modifier ending (ㄴ of «-(으)ㄴ/는데도») names none of the dozens of notations that hold it
-    assert not names_match("-(으)ㄴ/는데도", "-(으)ㄴ / -는 / -(으)ㄹ")
+    assert not name_match("-(으)ㄴ/는데도", "-(으)ㄴ / -는 / -(으)ㄹ")
 
 
 def test_the_lead_applies_to_follow_ups_only_and_not_with_the_embedded_model() -> None:

@@ -20,7 +20,7 @@ from functools import lru_cache
 
 from .analysis import morphemes
 
-__all__ = ["GAP", "HANGUL", "name_match", "names_match", "pattern_sequences", "sentence_morphemes", "uses_pattern"]
+__all__ = ["GAP", "HANGUL", "name_match", "pattern_sequences", "sentence_morphemes", "uses_pattern"]
 
 HANGUL = re.compile("[가-힣]")
 _JAMO_CODA = {"ㄱ": "\u11a8", "ㄴ": "\u11ab", "ㄹ": "\u11af", "ㅁ": "\u11b7", "ㅂ": "\u11b8", "ㅅ": "\u11ba",
@@ -256,8 +256,3 @@ def name_match(name: str, notation: str) -> int:
     if not wanted & found:
         return 0
     return 2 if wanted & _longest(found) else 1
-
-
-def names_match(a: str, b: str) -> bool:
-    """Whether notation ``b`` names the construction ``a`` names, spelling and spacing aside (:func:`name_match`)."""
-    return name_match(a, b) > 0
