@@ -9,9 +9,11 @@ last send, at most one delta per ``window_s`` of each text part.
 It transforms only what the run's consumer sees (``wrap_run_event_stream``): the run's messages, its output and
 what the conversation store keeps are the model's own. The served turn passes it to its run (a run that streams
 anyway); it is not part of the tutor agent, because an agent with an event-stream wrapper makes even
-``agent.run()`` stream its model requests (``hyde-tutor chat`` and models without streaming would change). The first words are not held (a part's first event goes
-out at once); a delta is held only until the next event arrives, never by a timer, so text already written goes
-out when the next token, the part's end or the stream's end arrives.
+``agent.run()`` stream its model requests (``hyde-tutor chat`` and models without streaming would change).
+
+The first words are not held (a part's first event goes out at once); a delta is held only until the next event
+arrives, never by a timer, so text already written goes out when the next token, the part's end or the stream's
+end arrives.
 """
 
 from __future__ import annotations
