@@ -13,9 +13,10 @@ call a right answer.
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
+
+from hyde_tutor.evaluation.beir import load_beir
 
 ROOT = Path(__file__).resolve().parents[1]
 JUDGED = ROOT / "docs" / "recorded" / "judge_entry"
@@ -29,14 +30,6 @@ def answers(keymap: dict[str, list[str]], name: str) -> dict[tuple[str, str], bo
     return {(keymap[r["key"]][0], keymap[r["key"]][1]): r["answers"] == "y" for r in rows}
 
 
-def qrels(folder: str) -> dict[str, set[str]]:
-    found: dict[str, set[str]] = {}
-    with (ROOT / "data" / "eval" / folder / "qrels" / "test.tsv").open(encoding="utf-8") as fh:
-        for row in list(csv.reader(fh, delimiter="\t"))[1:]:
-            found.setdefault(row[0], set()).add(row[1])
-    return found
-
-
 def main() -> None:
     keymap = json.loads((JUDGED / "keymap.json").read_text(encoding="utf-8"))
     one, two = answers(keymap, "judge1.jsonl"), answers(keymap, "judge2.jsonl")
@@ -47,7 +40,7 @@ def main() -> None:
     print("| set | recording | kind | path | first entry is the label | the label or judged right by both |")
     print("|---|---|---|---|---|---|")
     for name, (folder, recordings) in SETS.items():
-        rel = qrels(folder)
+        rel = load_beir(ROOT / "data" / "eval" / folder).qrels
         labels = [(q, e) for q in rel for e in rel[q]]
         print(f"<!-- {name}: labels judged right by both judges: {sum(both[p] for p in labels)} of {len(labels)} -->")
         for rec in recordings:
