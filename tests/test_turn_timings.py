@@ -76,8 +76,11 @@ def test_a_served_turn_fills_every_stage_and_the_operator_reads_them(tmp_path: P
         auth = {"Authorization": f"Bearer {TOKEN}"}
         stages = client.get("/api/operator/timings", headers=auth).json()["stages"]
         # every stage of a tools-mode turn (no structured reply: "reply" is the text reply's grounding)
-        for stage in ("request", "load", "search", "run", "reply", "events", "store read", "store write", "turn"):
+        for stage in ("request", "load", "search", "cards", "run", "reply", "events", "store read", "store write",
+                      "turn"):
             assert stages[stage]["n"] >= 2, stage
+        assert stages["cards"]["n"] == 2  # once a turn, however many searches it made
+        assert stages["cards"]["p50_ms"] < stages["turn"]["p50_ms"]
         assert set(stages) <= set(STAGES)
         assert stages["turn"]["p50_ms"] >= stages["run"]["p50_ms"] > 0
         cleared = client.get("/api/operator/timings?clear=1", headers=auth).json()["stages"]

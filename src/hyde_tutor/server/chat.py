@@ -69,6 +69,7 @@ async def turn_stream(adapter: VercelAIAdapter[Any, Any], turn: ServedTurn, *, o
     results: list[Any] = []
     errors: list[str] = []
     ending: list[asyncio.Task[dict[str, Any]]] = []
+    shown_cards: list[bool] = []
 
     async def on_complete(result: Any) -> None:
         results.append(result)
@@ -97,6 +98,9 @@ async def turn_stream(adapter: VercelAIAdapter[Any, Any], turn: ServedTurn, *, o
         return task
 
     def entries_chunk(cards: list[dict[str, Any]]) -> DataChunk:
+        if not shown_cards:
+            shown_cards.append(True)
+            turn.tutor.stages.add("cards", time.perf_counter() - turn.started)
         data: dict[str, Any] = {"entries": cards}
         if operator:
             data["operator"] = turn.operator_view()

@@ -3,7 +3,8 @@
 :class:`StageTimes` keeps the last few thousand durations of each stage of a served turn and summarises them
 (count, mean, p50, p95, in milliseconds). The server fills it (``request``: reading and checking the body;
 ``load``: the stored conversation and the learner's arm; ``search``: the searches, from the turn's own
-records; ``run``: the agent run through the UI adapter, searches and store calls included; ``reply``: the grounded
+records; ``cards``: from the turn's start (its conversation loaded) to its first cards sent, the part of the learner's
+wait for the cards that the server sees; ``run``: the agent run through the UI adapter, searches and store calls included; ``reply``: the grounded
 reply and its checks; ``events``: the turn's records written to the event log; ``store read`` / ``store
 write``: each call of the conversation store, wherever it is made (:class:`TimedConversationStore`);
 ``turn``: the whole turn, request to last chunk). The stages are
@@ -23,7 +24,7 @@ from pydantic_ai.conversation_store import ConversationEntry, ConversationRecord
 
 __all__ = ("STAGES", "ForwardingConversationStore", "StageTimes", "TimedConversationStore")
 
-STAGES = ("request", "load", "search", "run", "reply", "events", "store read", "store write", "turn")
+STAGES = ("request", "load", "search", "cards", "run", "reply", "events", "store read", "store write", "turn")
 
 
 class StageTimes:
