@@ -59,6 +59,8 @@ ROWS_39: dict[str, tuple[str, str]] = {
     "v2 hypothesis + conversation search, the entry the hypothesis names leads": (
         "followup_request_version=2,followup_lead=0", "pipeline"),
     "v2 hypothesis + conversation search, both leads (default)": ("followup_request_version=2", "pipeline"),
+    "v2 hypothesis + conversation search, both leads, the named entry leads new questions too": (
+        "followup_request_version=2,named_lead_new=5", "pipeline"),
     "agent: its own query and hypothesis (tools path), before (no lead)": ("agent=replace,cascade_margin=0,followup_lead=0",
                                                                             "agent"),
     "agent: its own query and hypothesis (tools path)": ("agent=replace,cascade_margin=0", "agent"),

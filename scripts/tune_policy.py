@@ -148,7 +148,7 @@ def parse_policy(spec: str) -> Policy:
         elif key in ("fusion", "legs", "generation"):
             policy.overrides[key] = value
         elif key in ("rrf_k", "n_hypotheses", "hypothesis_length", "min_agreement", "followup_request_version",
-                     "followup_lead", "named_lead"):
+                     "followup_lead", "named_lead", "named_lead_new"):
             policy.overrides[key] = int(value)
         else:
             policy.overrides[key] = float(value)

@@ -157,12 +157,20 @@ def test_without_the_named_lead_the_hypothesis_loses_what_it_names(grammar: Hyde
     assert [d.id for d in found.results][:2] == ["g-c02", "g-c26"]
 
 
-def test_a_new_question_keeps_its_fused_ranking(grammar: HydeRetriever) -> None:
-    """The named lead is for follow-ups: a message searched alone keeps the fusion's order."""
+def test_a_new_question_whose_hypothesis_names_the_entry_finds_it_first(grammar: HydeRetriever) -> None:
+    """A message searched alone (a new question): the hypothesis names -아/어 (반말) for writing to a friend, the
+    fusion ranks -(스)ㅂ니다 (the meeting's words) above it; ``named_lead_new`` (5 by default) puts the named
+    entry first, 0 keeps the fusion's order, and the follow-ups' ``named_lead`` does not reach a new question."""
     text = "Как сказать другу в мессенджере, что собрание начинается в три?"
-    ranked = {lead: [d.id for d in asyncio.run(_writing(grammar, INFORMAL, named_lead=lead).search(
-        "grammar", text, top_k=10)).results] for lead in (0, 5)}
-    assert ranked[5] == ranked[0]
+
+    def ranked(**settings: object) -> list[str]:
+        found = asyncio.run(_writing(grammar, INFORMAL, **settings).search("grammar", text, top_k=10))
+        assert found.used_hyde
+        return [d.id for d in found.results]
+
+    assert ranked()[:2] == ["g-c26", "g-c02"]
+    assert ranked(named_lead_new=0)[:2] == ["g-c02", "g-c26"]
+    assert ranked(named_lead_new=0, named_lead=5)[:2] == ["g-c02", "g-c26"]
 
 
 def _docs(*pairs: tuple[str, str]):
@@ -264,3 +272,5 @@ def test_the_lead_applies_to_follow_ups_only_and_not_with_the_embedded_model() -
     assert HydePolicy.resolve(HydeSettings(), weak_model=True).followup_lead == 0
     assert HydePolicy.resolve(HydeSettings(followup_lead=2), weak_model=True).followup_lead == 2
     assert (HydePolicy.resolve(HydeSettings()).named_lead, HydePolicy.resolve(HydeSettings(), weak_model=True).named_lead) == (5, 0)
+    assert (HydePolicy.resolve(HydeSettings()).named_lead_new,
+            HydePolicy.resolve(HydeSettings(), weak_model=True).named_lead_new) == (5, 0)

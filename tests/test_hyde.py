@@ -222,12 +222,12 @@ def test_fusion_policy_defaults_follow_the_model_and_settings_win(isolated_env) 
 
     local = HydeRetriever.from_settings(Settings(), retriever=object())  # type: ignore[arg-type]
     assert local.policy == WEAK_MODEL_POLICY == HydePolicy(1, "score", 0.5, 3, 0, enabled=False,  # the embedded model
-                                                           followup_lead=0, named_lead=0)  # nor lead a follow-up
+                                                           followup_lead=0, named_lead=0, named_lead_new=0)  # nor lead
     api = HydeRetriever.from_settings(Settings(llm={"provider": "openai"}, openai={"api_key": "sk-test"}), retriever=object())  # type: ignore[arg-type]
     assert api.policy == STRONG_MODEL_POLICY == HydePolicy(1, "score", 3.0, 0, 0)  # chosen on recordings, per cost
     pinned = Settings(hyde={"n_hypotheses": 4, "fusion": "rrf", "hypothesis_weight": 2.0, "min_agreement": 0,
                             "protect_top": 5})
-    assert HydeRetriever.from_settings(pinned, retriever=object()).policy == HydePolicy(4, "rrf", 2.0, 0, 5, enabled=False, followup_lead=0, named_lead=0)  # type: ignore[arg-type]
+    assert HydeRetriever.from_settings(pinned, retriever=object()).policy == HydePolicy(4, "rrf", 2.0, 0, 5, enabled=False, followup_lead=0, named_lead=0, named_lead_new=0)  # type: ignore[arg-type]
     on = Settings(hyde={"enabled": True})
     assert HydeRetriever.from_settings(on, retriever=object()).policy.enabled  # type: ignore[arg-type]
     assert HydeRetriever(None, lambda d: None, HydeSettings()).policy == STRONG_MODEL_POLICY  # type: ignore[arg-type]

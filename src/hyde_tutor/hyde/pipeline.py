@@ -313,9 +313,10 @@ class HydeRetriever:
             return self._fallback(raw, "off_topic", gated.notes, found)
         fused = stages.fuse_hyde(raw.channels, gated.channels, plan.fusion, stages.Weights.of(
             plan.policy, self.questions.weight), plan.include_raw, plan.policy.protect_top, plan.lead)
-        if plan.followup and plan.policy.named_lead:  # the entry a kept hypothesis names goes first (named.py)
+        depth = plan.policy.named_lead if plan.followup else plan.policy.named_lead_new
+        if depth:  # the entry a kept hypothesis names goes first (named.py)
             kept = named.kept_texts(generated.hypotheses, gated.channels)
-            fused = await asyncio.to_thread(named.lead_named, fused, kept, DOMAINS[plan.domain], plan.policy.named_lead)
+            fused = await asyncio.to_thread(named.lead_named, fused, kept, DOMAINS[plan.domain], depth)
         if not fused:
             return self._fallback(raw, "no_results", gated.notes, found)
         return Ranked(fused, True, None, gated.notes, found.embed_ms, found.search_ms)
