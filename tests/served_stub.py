@@ -20,6 +20,9 @@ from hyde_tutor.corpus.documents import Document
 
 HYPOTHESIS = "Конструкция: -고 싶다\nНазвание: желание\nПример: 가고 싶어요. — Хочу пойти."
 XSS = "<script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">"
+XSS_HYPOTHESIS = "Пример: 위험해요, 스크립트. — Опасная статья, скрипт."
+"""What the stub writes for the XSS entry's question: a capable model's hypothesis fits the question (the named
+lead would otherwise put the -고 싶다 of :data:`HYPOTHESIS` first for any question)."""
 XSS_DOC = Document("g-xss", f"{XSS} опасная статья 위험해요 скрипт", {"pattern": XSS, "name_ru": XSS,
                                                                        "examples": [{"ko": XSS, "ru": XSS}]})
 
@@ -31,6 +34,10 @@ def _question(messages: list[Any]) -> str:
                 if isinstance(part, UserPromptPart) and isinstance(part.content, str):
                     return part.content
     return ""
+
+
+def _hypothesis(messages: list[Any]) -> str:
+    return XSS_HYPOTHESIS if "скрипт" in _question(messages) else HYPOTHESIS
 
 
 def _tool_result(messages: list[Any]) -> dict[str, Any] | None:
@@ -62,7 +69,7 @@ def stub_model(token_s: float = 0.0, fail: bool = False, structured: bool = Fals
             return ModelResponse(parts=[TextPart(json.dumps(ANSWER, ensure_ascii=False))])
         result = _tool_result(messages)
         if result is None:
-            return ModelResponse(parts=[ToolCallPart("grammar_search", {"query": _question(messages), "hypothesis": HYPOTHESIS})])
+            return ModelResponse(parts=[ToolCallPart("grammar_search", {"query": _question(messages), "hypothesis": _hypothesis(messages)})])
         return ModelResponse(parts=[TextPart("".join(_reply(result)))])
 
     async def stream(messages: list[Any], info: AgentInfo):  # type: ignore[no-untyped-def]
@@ -79,7 +86,7 @@ def stub_model(token_s: float = 0.0, fail: bool = False, structured: bool = Fals
         if result is None:
             if token_s:
                 await asyncio.sleep(token_s * 5)
-            args = json.dumps({"query": _question(messages), "hypothesis": HYPOTHESIS}, ensure_ascii=False)
+            args = json.dumps({"query": _question(messages), "hypothesis": _hypothesis(messages)}, ensure_ascii=False)
             yield {0: DeltaToolCall(name="grammar_search", json_args=args, tool_call_id=f"call-{len(messages)}")}
             return
         for piece in _reply(result):
