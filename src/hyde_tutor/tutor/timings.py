@@ -3,9 +3,9 @@
 :class:`StageTimes` keeps the last few thousand durations of each stage of a served turn and summarises them
 (count, mean, p50, p95, in milliseconds). The server fills it (``request``: reading and checking the body;
 ``load``: the stored conversation and the learner's arm; ``search``: the searches, from the turn's own
-records; ``cards``: from the turn's start (its conversation loaded) to its first cards sent, the part of the learner's
-wait for the cards that the server sees; ``run``: the agent run through the UI adapter, searches and store calls included; ``reply``: the grounded
-reply and its checks; ``events``: the turn's records written to the event log; ``store read`` / ``store
+records; ``cards``: from the turn's start (its conversation loaded) to its first cards sent, the part of the
+learner's wait for the cards that the server sees; ``run``: the agent run through the UI adapter, searches and store
+calls included; ``reply``: the grounded reply and its checks; ``events``: the turn's records written to the event log; ``store read`` / ``store
 write``: each call of the conversation store, wherever it is made (:class:`TimedConversationStore`);
 ``turn``: the whole turn, request to last chunk). The stages are
 wall-clock: under load they include the wait for the event loop and the worker threads, which is what a learner
