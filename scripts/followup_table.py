@@ -38,7 +38,7 @@ from tune_policy import Runner, corpus_file, parse_policy  # noqa: E402
 
 SETS = {"followups": "data/eval/followups", "conversations": "data/eval/conversations",
         "fresh": "data/eval/fresh_followups", "fresh2": "data/eval/fresh_followups2",
-        "fresh3": "data/eval/fresh_followups3"}
+        "fresh3": "data/eval/fresh_followups3", "fresh4": "data/eval/fresh_followups4"}
 ROWS: dict[str, tuple[str, str]] = {
     # label: (policy spec, how the hypothesis meets the raw channel)
     "raw, the message alone": ("hyde=0,history=0", "pipeline"),
@@ -67,10 +67,11 @@ ROWS_39: dict[str, tuple[str, str]] = {
 }
 
 
-def kinds(root: str) -> tuple[dict[str, str], dict[str, str]]:
-    """Query id → ``followup`` or ``new`` (a set without the field: all follow-ups), and → the entry turn 1 was
-    about (a new question whose top entry is that one was pulled into the old topic)."""
-    kind, turn1 = {}, {}
+def kinds(root: str) -> tuple[dict[str, str], dict[str, str], dict[str, set[str]]]:
+    """Query id → ``followup`` or ``new`` (a set without the field: all follow-ups), → the entry turn 1 was
+    about (a new question whose top entry is that one was pulled into the old topic), and → the entries the
+    labeller called also right (``metadata.also_right``: the fourth fresh set on; empty elsewhere)."""
+    kind, turn1, also = {}, {}, {}
     for line in Path(root, "queries.jsonl").read_text(encoding="utf-8").splitlines():
         if line.strip():
             q = json.loads(line)
@@ -78,7 +79,8 @@ def kinds(root: str) -> tuple[dict[str, str], dict[str, str]]:
             # data/eval/followups's own "kind" is the follow-up's subtype (person, tense…): all are follow-ups
             kind[q["_id"]] = "new" if meta.get("kind") == "new" else "followup"
             turn1[q["_id"]] = meta.get("turn1_entry", "")
-    return kind, turn1
+            also[q["_id"]] = set(meta.get("also_right") or ())
+    return kind, turn1, also
 
 
 def run(runner: Runner, spec: str, mode: str, queries: list[Any]) -> list[tuple[list[str], int, str | None]]:
@@ -118,10 +120,11 @@ def main() -> None:
     if "grammar" not in r.store.list_collections():
         ingest_file(corpus_file("grammar"), IngestRequest(collection="grammar", progress=False), r.store, r.dense, r.sparse)
     figures: dict[str, Any] = {}
-    print("| set | kind | n | policy | calls / search | not served | recall@1 | hit@1 | recall@5 | top-1 = turn-1 entry |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| set | kind | n | policy | calls / search | not served | recall@1 | hit@1 | recall@5 | top-1 = turn-1 entry "
+          "| top-1 right (label or also right) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.sets.split(","):
-        data, (kind_of, turn1) = load_beir(Path(SETS[name])), kinds(SETS[name])
+        data, (kind_of, turn1, also) = load_beir(Path(SETS[name])), kinds(SETS[name])
         for label, (spec, mode) in rows.items():
             if mode == "agent" and name != "followups":
                 continue  # agent turns are recorded for data/eval/followups only
@@ -136,14 +139,16 @@ def main() -> None:
                 r5 = float(np.mean([recall_at_k(o[0], data.qrels[q.id], 5) for q, o in sub]))
                 h1 = float(np.mean([bool(o[0]) and o[0][0] in data.qrels[q.id] for q, o in sub]))
                 old = sum(1 for q, o in sub if o[0] and o[0][0] == turn1.get(q.id))
+                right1 = float(np.mean([bool(o[0]) and o[0][0] in (set(data.qrels[q.id]) | also[q.id]) for q, o in sub]))
                 calls = sum(o[1] for _, o in sub) / len(sub)
                 unserved = sum(1 for _, o in sub if o[2] is not None)
                 key = kind if half == "all" else f"{half}:{kind}"
                 figures.setdefault(name, {}).setdefault(key, {})[label] = {
                     "n": len(sub), "r1": r1, "hit1": h1, "r5": r5, "calls": calls, "top1_is_turn1_entry": old, "not_served": unserved,
+                    "right1": right1,
                     "by_query": {q.id: o[0][:5] for q, o in sub}}
                 print(f"| {name if half == 'all' else f'{name} ({half})'} | {kind} | {len(sub)} | {label} | {calls:.2f} | {unserved} | {r1:.3f} | {h1:.3f} | "
-                      f"{r5:.3f} | {old} |")
+                      f"{r5:.3f} | {old} | {right1:.3f} |")
     runner.loop.close()
     runner.retriever.close()
     if args.json:

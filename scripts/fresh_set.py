@@ -2,7 +2,9 @@
 
 The writers (who never see the corpus) save one chat per line: {"id", "kind", "history", "text", "intended",
 "same"}. The labeller (who knows the corpus, and never saw a figure on the set) saves one line per chat:
-{"id", "relevant": ["g-…", …], "turn1_entry": "g-…" or "", "drop": null or "why no entry answers it"}.
+{"id", "relevant": ["g-…", …], "also_right": ["g-…", …] (optional: entries that would also teach the message
+correctly, kept in ``metadata`` for a lenient count beside the strict one), "turn1_entry": "g-…" or "", "drop":
+null or "why no entry answers it"}.
 This script joins them into ``queries.jsonl`` (``metadata``: kind, turn1_entry, same_entry, writer,
 writer_note), ``qrels/test.tsv`` and a copy of the corpus, and refuses chats without a label, labels naming an
 entry the corpus lacks, labels of chats nobody wrote, and ids written or labelled twice, naming every problem.
@@ -45,14 +47,15 @@ def build(chats: list[dict], labels: dict[str, dict], corpus_ids: set[str]) -> t
         if not relevant:
             problems.append(f"{qid}: no relevant entry and no drop reason")
             continue
-        unknown = [d for d in [*relevant, label.get("turn1_entry") or ""] if d and d not in corpus_ids]
+        also_right = [d for d in label.get("also_right") or [] if d not in relevant]
+        unknown = [d for d in [*relevant, *also_right, label.get("turn1_entry") or ""] if d and d not in corpus_ids]
         if unknown:
             problems.append(f"{qid}: {unknown} are not entries of the corpus")
             continue
         turn1 = label.get("turn1_entry") or ""
         queries.append({"_id": qid, "text": chat["text"], "history": chat["history"], "metadata": {
             "kind": chat["kind"], "turn1_entry": turn1, "same_entry": bool(turn1) and turn1 in relevant,
-            "writer": qid.split("-")[0], "writer_note": chat.get("intended", "")}})
+            "writer": qid.split("-")[0], "writer_note": chat.get("intended", ""), "also_right": also_right}})
         qrels.extend((qid, d) for d in relevant)
     if problems:
         raise ValueError("; ".join(problems))
