@@ -10,6 +10,13 @@ pipeline (``scripts/followup_table.py --halves``); this script is how the choice
     HYDE_DATA_DIR=$PWD/.hyde .venv/bin/python scripts/conversation_split.py            # cache, grids, report
     HYDE_DATA_DIR=$PWD/.hyde .venv/bin/python scripts/conversation_split.py --sets conversations,followups,fresh \\
         --fresh-recordings data/recordings/fresh_followups.v2.rec1.jsonl
+
+The fourth session's choice (a long follow-up's own words weigh double) was made on the dev pool, the tuning half
+and the four outside sets pooled (``--tune-on``), and reported on the held-out half and ``fresh5``:
+
+    HYDE_DATA_DIR=<190-entry dir> .venv/bin/python scripts/conversation_split.py \\
+        --sets conversations,followups,fresh,fresh2,fresh3,fresh4 --tune-on tune,fresh,fresh2,fresh3,fresh4 \\
+        --fresh-recordings fresh=data/recordings/fresh_followups.v2.rec1.jsonl,fresh2=...,fresh3=...,fresh4=...
 """
 
 from __future__ import annotations
@@ -27,14 +34,16 @@ import numpy as np
 from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.evaluation.metrics import recall_at_k
 from hyde_tutor.evaluation.splits import half_of
-from hyde_tutor.hyde.conversation import REPLY_CHARS, context_query, looks_like_followup
+from hyde_tutor.hyde.conversation import REPLY_CHARS, content_words, context_query, looks_like_followup
 from hyde_tutor.hyde.fusion import protect_head, reciprocal_rank_fusion, weighted_score_fusion
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from followup_table import kinds  # noqa: E402
 
 SETS = {"conversations": "data/eval/conversations", "followups": "data/eval/followups",
-        "fresh": "data/eval/fresh_followups"}
+        "fresh": "data/eval/fresh_followups", "fresh2": "data/eval/fresh_followups2",
+        "fresh3": "data/eval/fresh_followups3", "fresh4": "data/eval/fresh_followups4",
+        "fresh5": "data/eval/fresh_followups5"}
 DEPTH = 30
 CHANNELS = ("msg", "ctx", "rep", "ex")
 
@@ -67,7 +76,7 @@ def build(sets: list[str], recordings: dict[str, str | None], cache_path: Path) 
             runners[rec] = Runner(rec)
         runner = runners[rec]
         hr = runner.retriever_for(parse_policy("default"))
-        data, (kind_of, turn1) = load_beir(Path(SETS[name])), kinds(SETS[name])
+        data, (kind_of, turn1, _) = load_beir(Path(SETS[name])), kinds(SETS[name])
 
         async def hyp(q: Any) -> str | None:
             gen = await hr.generators.generate("grammar", q.text, 1, 60.0, history=q.history)
@@ -78,7 +87,7 @@ def build(sets: list[str], recordings: dict[str, str | None], cache_path: Path) 
             h = runner.loop.run_until_complete(hyp(q))
             if h:
                 texts["hyp"] = h
-            rows.append({"set": name, "id": q.id, "half": "fresh" if name == "fresh" else half_of(q.id),
+            rows.append({"set": name, "id": q.id, "half": name if name.startswith("fresh") else half_of(q.id),
                          "kind": kind_of[q.id], "turn1": turn1.get(q.id, ""), "qrels": data.qrels[q.id],
                          "detected": bool(q.history) and looks_like_followup(q.text), "texts": texts})
     todo = sorted({t for r in rows for t in r["texts"].values() if t not in cache})
@@ -105,11 +114,15 @@ def build(sets: list[str], recordings: dict[str, str | None], cache_path: Path) 
 
 def offline(row: dict[str, Any], cfg: dict[str, Any]) -> list[tuple[str, float]]:
     """The raw channel's ranking: the message alone unless it reads as a follow-up, else the chosen searches
-    fused by weighted RRF, the message's own top kept within ``top_within``."""
+    fused by weighted RRF, the message's own top kept within ``top_within``; ``long``: (words, weight), the
+    message's own weight for a follow-up with at least that many content words."""
     hits = row["hits"]
     if not row["detected"] or len(hits) == 1:
         return [(d, s) for d, s in hits["msg"]]
-    chans = [(ch, cfg["w"][ch]) for ch in CHANNELS if cfg["w"].get(ch, 0) > 0 and ch in hits]
+    weights = dict(cfg["w"])
+    if "long" in cfg and len(content_words(row["texts"]["msg"])) >= cfg["long"][0]:
+        weights["msg"] = cfg["long"][1]
+    chans = [(ch, weights[ch]) for ch in CHANNELS if weights.get(ch, 0) > 0 and ch in hits]
     if len(chans) == 1:
         return [(d, s) for d, s in hits[chans[0][0]]]
     rankings = [[d for d, _ in hits[ch]] for ch, _ in chans]
@@ -122,7 +135,10 @@ def offline(row: dict[str, Any], cfg: dict[str, Any]) -> list[tuple[str, float]]
     return fused[:DEPTH]
 
 
-OFFLINE_NOW = {"w": {"msg": 1, "rep": 1, "ex": 1}, "k": 5, "top_within": 2}
+OFFLINE_BEFORE = {"w": {"msg": 1, "rep": 1, "ex": 1}, "k": 5, "top_within": 2}
+OFFLINE_NOW = {**OFFLINE_BEFORE, "long": (3, 2.0)}
+"""The choice (issue 39, fourth session, on the dev pool): a follow-up with 3+ content words weighs its own search
+double (``hyde.conversation.MESSAGE_WEIGHT``, ``MESSAGE_WORDS``)."""
 
 
 def offline_grid() -> list[dict[str, Any]]:
@@ -133,6 +149,7 @@ def offline_grid() -> list[dict[str, Any]]:
         for k in (1, 2, 5, 10, 30, 60):
             for tw in (0, 2, 3):
                 grid.append({"w": {"msg": wm, "ctx": wc, "rep": wr, "ex": we}, "k": k, "top_within": tw})
+    grid += [{**OFFLINE_BEFORE, "long": (words, w)} for words in (1, 2, 3, 4, 5, 6) for w in (1.5, 2.0, 3.0)]
     return grid
 
 
@@ -143,10 +160,10 @@ def generated(row: dict[str, Any], cfg: dict[str, Any]) -> list[tuple[str, float
     follow-up the raw channel is ``raw_fu`` at ``w_raw_fu`` (``conv``: the offline fused ranking, as today)."""
     hits = row["hits"]
     if "hyp" not in hits:
-        return offline(row, OFFLINE_NOW)
+        return offline(row, OFFLINE_BEFORE)
     if row["detected"] and len(hits) > 1:
         source, w_raw = cfg["raw_fu"], cfg["w_raw_fu"]
-        raw = offline(row, cfg.get("offline", OFFLINE_NOW)) if source == "conv" else hits.get(source, hits["msg"])
+        raw = offline(row, cfg.get("offline", OFFLINE_BEFORE)) if source == "conv" else hits.get(source, hits["msg"])
     else:
         raw, w_raw = hits["msg"], cfg.get("w_raw_new", 1.0)
     lists = [[(d, s) for d, s in hits["hyp"]]]
@@ -195,9 +212,11 @@ def score(rows: list[dict[str, Any]], rank: Any, cfg: dict[str, Any]) -> dict[tu
     return {k: (float(np.mean([a for a, _ in v])), float(np.mean([b for _, b in v])), len(v)) for k, v in acc.items()}
 
 
-def pick(rows: list[dict[str, Any]], rank: Any, grid: list[dict[str, Any]], top: int = 8) -> list[tuple[Any, ...]]:
-    """The grid ranked on the TUNING half only: follow-ups recall@1, then new questions' recall@1, then @5."""
-    tune = [r for r in rows if r["half"] == "tune"]
+def pick(rows: list[dict[str, Any]], rank: Any, grid: list[dict[str, Any]], top: int = 8,
+         tune_on: tuple[str, ...] = ("tune",)) -> list[tuple[Any, ...]]:
+    """The grid ranked on the tuning rows only (``tune_on``: the halves and fresh sets pooled; by default the
+    tuning half): follow-ups recall@1, then new questions' recall@1, then @5."""
+    tune = [{**r, "half": "tune"} for r in rows if r["half"] in tune_on]
     scored = []
     for cfg in grid:
         s = score(tune, rank, cfg)
@@ -208,7 +227,8 @@ def pick(rows: list[dict[str, Any]], rank: Any, grid: list[dict[str, Any]], top:
 
 
 def table(rows: list[dict[str, Any]], rank: Any, label_cfgs: dict[str, dict[str, Any]]) -> None:
-    halves = [h for h in ("tune", "heldout", "fresh") if any(r["half"] == h for r in rows)]
+    halves = [h for h in ("tune", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5")
+              if any(r["half"] == h for r in rows)]
     print("| config | " + " | ".join(f"{h} follow-ups r@1 / r@5 (n) | {h} new r@1 / r@5 (n)" for h in halves) + " |")
     print("|---|" + "---|" * (2 * len(halves)))
     for label, cfg in label_cfgs.items():
@@ -224,22 +244,31 @@ def table(rows: list[dict[str, Any]], rank: Any, label_cfgs: dict[str, dict[str,
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default="conversations,followups")
-    ap.add_argument("--fresh-recordings", default=None)
+    ap.add_argument("--fresh-recordings", default=None, help="the hypotheses of every fresh set (one file each: "
+                    "name=path,name=path; a bare path is the first fresh set's)")
+    ap.add_argument("--tune-on", default="tune", help="what the grids are chosen on: halves and fresh sets, pooled "
+                    "(e.g. tune,fresh,fresh2,fresh3,fresh4); never a set reported as unseen")
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("HYDE_DATA_DIR", ".hyde")) / "conv_hits.json")
     ap.add_argument("--dump", type=Path, help="write the rows (texts, hits) here")
     args = ap.parse_args()
     sets = [s for s in args.sets.split(",") if s]
-    rows = build(sets, {"fresh": args.fresh_recordings}, args.cache)
+    recs = dict(p.split("=", 1) for p in (args.fresh_recordings or "").split(",") if "=" in p)
+    if args.fresh_recordings and "=" not in args.fresh_recordings:
+        recs = {"fresh": args.fresh_recordings}
+    rows = build(sets, recs, args.cache)
+    tune_on = tuple(args.tune_on.split(","))
     if args.dump:
         args.dump.write_text(json.dumps(rows, ensure_ascii=False))
     print("\n## offline conversation search: best on the tuning half\n")
-    for key, cfg in pick(rows, offline, offline_grid()):
+    for key, cfg in pick(rows, offline, offline_grid(), tune_on=tune_on):
         print(key, cfg)
     print("\n## generated path: best on the tuning half\n")
-    for key, cfg in pick(rows, generated, generated_grid(), top=12):
+    for key, cfg in pick(rows, generated, generated_grid(), top=12, tune_on=tune_on):
         print(key, cfg)
     print("\n## offline: the conversation search kept, and the message alone\n")
-    table(rows, offline, {"conversation search (kept)": OFFLINE_NOW, "message alone": {"w": {"msg": 1}, "k": 5}})
+    table(rows, offline, {"conversation search, equal weights (before)": OFFLINE_BEFORE,
+                          "conversation search, a long follow-up's own words double (now)": OFFLINE_NOW,
+                          "message alone": {"w": {"msg": 1}, "k": 5}})
     print("\n## generated: before, and the hypothesis leads a follow-up (the choice)\n")
     table(rows, generated, {"before": GENERATED_BEFORE, "hypothesis leads": GENERATED_NOW})
 

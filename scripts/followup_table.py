@@ -38,7 +38,8 @@ from tune_policy import Runner, corpus_file, parse_policy  # noqa: E402
 
 SETS = {"followups": "data/eval/followups", "conversations": "data/eval/conversations",
         "fresh": "data/eval/fresh_followups", "fresh2": "data/eval/fresh_followups2",
-        "fresh3": "data/eval/fresh_followups3", "fresh4": "data/eval/fresh_followups4"}
+        "fresh3": "data/eval/fresh_followups3", "fresh4": "data/eval/fresh_followups4",
+        "fresh5": "data/eval/fresh_followups5"}
 ROWS: dict[str, tuple[str, str]] = {
     # label: (policy spec, how the hypothesis meets the raw channel)
     "raw, the message alone": ("hyde=0,history=0", "pipeline"),
