@@ -37,9 +37,8 @@ ConversationMode = Literal["message", "context", "fused", "reply", "auto"]
 """How the raw channel searches a message that has a conversation before it: ``message`` alone; ``context``
 (the previous question in front of it); ``fused``: the message alone and with its context, both searched, the
 rankings fused; ``reply``: the message alone, after the tutor's last reply (which names what it
-taught), and after the whole previous exchange (question and reply), fused, weighted equally unless the message
-says enough on its own (:data:`MESSAGE_WEIGHT`; the previous question alone, as in ``context``, measured worse in
-that fusion); ``auto``: ``reply`` for a message that reads as a follow-up
+taught), and after the whole previous exchange (question and reply), fused with it and with the whole previous exchange, all weighted equally (the previous question
+alone, as in ``context``, measured worse in that fusion); ``auto``: ``reply`` for a message that reads as a follow-up
 (:func:`looks_like_followup`), any other message alone, so a new question mid-chat ranks as it does alone."""
 CONVERSATION_MODES: tuple[str, ...] = ("message", "context", "fused", "reply", "auto")
 DEFAULT_CONVERSATION_MODE: ConversationMode = "auto"
@@ -51,16 +50,6 @@ MESSAGE_TOP_WITHIN = 2
 """The message's own top entry is kept within this rank of the fused ranking: «А в прошедшем времени?» alone
 finds -았/었-, the conversation's searches the entry taught before; the learner sees both (measured: no cost to
 recall@1 or @5 on either conversation set)."""
-MESSAGE_WEIGHT = 2.0
-"""The RRF weight of a follow-up's own search when the message says enough on its own (at least
-:data:`MESSAGE_WORDS` content words; the searches with the conversation weigh 1). Such a follow-up usually changes
-the construction («а если дальше предложить: холодно, так что давай поедем на такси?» after -아서/어서): its own
-words find the new one, and the conversation's searches pull it back to the entry taught before. A short one («А
-если это близкому другу?») needs the conversation and keeps equal weights. Chosen on the dev pool (the tuning
-half and the outside sets fresh…fresh4, 260 follow-ups): recall@1 0.502 → 0.548, @5 0.817 → 0.825
-(docs/MEASUREMENTS.md, "A follow-up that says enough weighs its own words double")."""
-MESSAGE_WORDS = 3
-"""How many content words (:func:`content_words`) make a follow-up say enough on its own (see :data:`MESSAGE_WEIGHT`)."""
 REPLY_CHARS = 300
 """How much of the tutor's last reply goes in front of the message (its headline: the entry it taught)."""
 
@@ -122,8 +111,7 @@ def conversation_queries(history: Sequence[Message], text: str, mode: Conversati
     if mode == "fused" or not reply:
         return ((text, 1.0), (joined, 1.0)) if joined != text else ((text, 1.0),)
     previous = next((" ".join(c.split()) for role, c in reversed(history) if role == "user"), "")
-    own = MESSAGE_WEIGHT if len(content_words(text)) >= MESSAGE_WORDS else 1.0
-    return ((text, own), (f"{reply} {text}"[-max_chars:], 1.0), (f"{previous} {reply} {text}".strip()[-max_chars:], 1.0))
+    return ((text, 1.0), (f"{reply} {text}"[-max_chars:], 1.0), (f"{previous} {reply} {text}".strip()[-max_chars:], 1.0))
 
 
 def fuse_rankings(rankings: Sequence[Sequence[str]], weights: Sequence[float]) -> list[tuple[str, float]]:
