@@ -121,7 +121,7 @@ async def learner(url: str, n: int, questions: list[str], turns: int,
                         left = True
                         client.close()  # the learner closes the connection mid-stream
                         break
-            out.append({"ttft": first, "cards": cards, "total": time.perf_counter() - started, "failed": failed,
+            out.append({"turn": i, "ttft": first, "cards": cards, "total": time.perf_counter() - started, "failed": failed,
                         "status": client.status, "turn_id": turn_id, "left": left})
             if left:
                 break
@@ -235,6 +235,7 @@ def drill(args: argparse.Namespace, data_dir: Path) -> None:
     print(f"time to first token p50 {np.percentile(ttft, 50):.2f} s, p95 {np.percentile(ttft, 95):.2f} s; "
           f"cards p50 {np.percentile(cards, 50):.2f} s, p95 {np.percentile(cards, 95):.2f} s; turn p50 {np.percentile(totals, 50):.2f} s, "
           f"p95 {np.percentile(totals, 95):.2f} s")
+    print(by_turn(rows))
     print(f"turns/s {len(rows) / wall:.2f}; failed turns {failed}; events: {len(stored)} turns stored for "
           f"{len(rows)} turns served ({'all, once' if once else 'MISMATCH'}), "
           f"{len(log.retrievals())} retrievals")
@@ -253,6 +254,17 @@ def drill(args: argparse.Namespace, data_dir: Path) -> None:
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "stages": stages, "server_cpu_s": server_cpu,
                                          "client_cpu_s": client_cpu, "wall_s": wall}, indent=1))
+
+
+def by_turn(rows: list[dict]) -> str:
+    """Cards p50 / p95 by the learner's turn: every learner starts at once, so the first turns arrive as one wave
+    (50 requests in the same millisecond) and the later ones spread out; the wave is most of the tail."""
+    parts = []
+    for label, turns in (("1st", {0}), ("2nd", {1}), ("3rd", {2}), ("4th on", set(range(3, 10**6)))):
+        cards = [r["cards"] for r in rows if r["turn"] in turns and r["cards"] is not None]
+        if cards:
+            parts.append(f"{label} {np.percentile(cards, 50):.2f} / {np.percentile(cards, 95):.2f} s")
+    return "cards p50 / p95 by the learner's turn: " + "; ".join(parts)
 
 
 def _cpu_seconds(pid: int, workers: int = 1) -> tuple[float, float]:
