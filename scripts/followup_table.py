@@ -11,7 +11,8 @@ ready hypothesis, ``agent_hypothesis``, with no history: the raw channel is then
 
 ``--issue39``: the offline conversation search, the generated path before and after the hypothesis leads a
 follow-up, and (data/eval/followups only: its agent turns are recorded) the agent path, per half of the sets
-(``hyde_tutor.evaluation.splits``: tune / heldout) and on the fresh set (``--sets fresh --recordings <file>``):
+(``hyde_tutor.evaluation.splits``: tune / heldout) and on the fresh sets (``--sets fresh --recordings <file>``; the
+agent path on the sets of :data:`AGENT_SETS`):
 
     .venv/bin/python scripts/followup_table.py --issue39 --sets conversations,followups --json docs/recorded/issue39.json
     .venv/bin/python scripts/followup_table.py --issue39 --sets fresh \
@@ -40,6 +41,8 @@ SETS = {"followups": "data/eval/followups", "conversations": "data/eval/conversa
         "fresh": "data/eval/fresh_followups", "fresh2": "data/eval/fresh_followups2",
         "fresh3": "data/eval/fresh_followups3", "fresh4": "data/eval/fresh_followups4",
         "fresh5": "data/eval/fresh_followups5"}
+AGENT_SETS = ("followups", "fresh5")
+"""The sets whose agent turns are recorded (data/recordings/agent/): the agent rows run on these only."""
 ROWS: dict[str, tuple[str, str]] = {
     # label: (policy spec, how the hypothesis meets the raw channel)
     "raw, the message alone": ("hyde=0,history=0", "pipeline"),
@@ -127,8 +130,8 @@ def main() -> None:
     for name in args.sets.split(","):
         data, (kind_of, turn1, also) = load_beir(Path(SETS[name])), kinds(SETS[name])
         for label, (spec, mode) in rows.items():
-            if mode == "agent" and name != "followups":
-                continue  # agent turns are recorded for data/eval/followups only
+            if mode == "agent" and name not in AGENT_SETS:
+                continue  # agent turns are recorded for these sets only
             outcomes = run(runner, spec, mode, data.queries)
             halves = ("all",) if not args.issue39 else ("fresh",) if name.startswith("fresh") else ("tune", "heldout")
             for half, kind in ((h, k) for h in halves for k in ("followup", "new", "both")):
