@@ -230,7 +230,7 @@ def pick(rows: list[dict[str, Any]], rank: Any, grid: list[dict[str, Any]], top:
 
 
 def table(rows: list[dict[str, Any]], rank: Any, label_cfgs: dict[str, dict[str, Any]]) -> None:
-    halves = [h for h in ("tune", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5")
+    halves = [h for h in ("tune", "heldout", *(n for n in SETS if n.startswith("fresh")))
               if any(r["half"] == h for r in rows)]
     print("| config | " + " | ".join(f"{h} follow-ups r@1 / r@5 (n) | {h} new r@1 / r@5 (n)" for h in halves) + " |")
     print("|---|" + "---|" * (2 * len(halves)))

@@ -260,8 +260,9 @@ def by_turn(rows: list[dict]) -> str:
     """Cards p50 / p95 by the learner's turn: every learner starts at once, so the first turns arrive as one wave
     (50 requests in the same millisecond) and the later ones spread out; the wave is most of the tail."""
     parts = []
-    for label, turns in (("1st", {0}), ("2nd", {1}), ("3rd", {2}), ("4th on", set(range(3, 10**6)))):
-        cards = [r["cards"] for r in rows if r["turn"] in turns and r["cards"] is not None]
+    for label, first, last in (("1st", 0, 0), ("2nd", 1, 1), ("3rd", 2, 2), ("4th on", 3, None)):
+        cards = [r["cards"] for r in rows
+                 if first <= r["turn"] and (last is None or r["turn"] <= last) and r["cards"] is not None]
         if cards:
             parts.append(f"{label} {np.percentile(cards, 50):.2f} / {np.percentile(cards, 95):.2f} s")
     return "cards p50 / p95 by the learner's turn: " + "; ".join(parts)
