@@ -8,7 +8,7 @@ recorded agent tool calls), groups the names no entry matches, and prints them b
 with one message that asked for it:
 
     .venv/bin/python scripts/corpus_gaps.py data/recordings/fresh_followups*.jsonl data/recordings/agent/*.jsonl
-    .venv/bin/python scripts/corpus_gaps.py --corpus data/grammar.jsonl data/pending/grammar.*.jsonl -- <recordings>
+    .venv/bin/python scripts/corpus_gaps.py --corpus data/grammar.jsonl new_entries.jsonl -- <recordings>
 
 ``--corpus`` takes several files (e.g. the corpus and pending entries, to see which gaps they would close). Names
 are grouped by their Korean morphemes, so «-는 길에» and «-는 길에 (по дороге)» count as one. Blocking: the Korean
