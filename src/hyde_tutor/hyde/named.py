@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..retrieval.patterns import name_match
+from ..retrieval.patterns import inflection_match, name_match
 from .domains import DomainProfile
 from .result import RetrievedDoc
 from .stages import keep_on_top
@@ -25,6 +25,7 @@ _log = logging.getLogger("hyde_tutor.hyde")
 _NEXT_HEADER = re.compile(r"\s+(?:[*_]+\s*)?[А-ЯЁA-Z][а-яёa-z]+(?:\s[а-яёa-z]+)?\s*:")
 _CUT = re.compile(r"\s[—–]\s|\s\(напр|;")
 _STRIP = "*_«»\"'`“” .,!:;"
+_PARTS = re.compile(r"\s+/\s+")
 
 
 def named_construction(text: str, header: str) -> str | None:
@@ -53,20 +54,34 @@ def kept_texts(hypotheses: Sequence[Any], channels: Mapping[str, Any]) -> list[s
     return [h.text for h in hypotheses if f"hyde:{h.perspective}" in channels]
 
 
+def _strength(names: Sequence[str], notation: str) -> tuple[int, int, int, int]:
+    """How well ``notation`` matches the ``names``, best first: :func:`name_match` of a whole name, then
+    :func:`inflection_match` of a whole name, then the same for the parts of a name «A / B»."""
+    def score(candidates: Sequence[str]) -> tuple[int, int]:
+        exact = max((name_match(n, notation) for n in candidates), default=0)
+        return exact, 0 if exact else max((inflection_match(n, notation) for n in candidates), default=0)
+
+    whole = score(names)
+    parts = [p for n in names for p in _PARTS.split(n) if p.strip() and p != n]
+    return (*whole, *((0, 0) if any(whole) or not parts else score(parts)))
+
+
 def lead_named(fused: Sequence[RetrievedDoc], texts: Sequence[str], profile: DomainProfile,
                depth: int) -> list[RetrievedDoc]:
     """``fused`` with the entry of its top ``depth`` that best matches a construction the hypotheses ``texts``
     name (the profile's ``name_header``) moved first, its score raised to stay on top (``stages.keep_on_top``);
-    the best-ranked among equally good matches. Unchanged when nothing matches, ``depth`` is 0, the domain's
+    the best-ranked among equally good matches. A name is read by :func:`name_match` first, then, where nothing
+    matches it so, as an inflected form of an entry (:func:`inflection_match`: «-(으)려고 했는데» names
+    -(으)려고 하다); «A / B» names A or B where the whole name names no entry. Unchanged when nothing matches, ``depth`` is 0, the domain's
     hypotheses name nothing, or the analyser fails (logged: the fused ranking stands). Blocking (the analyser)."""
     if not (depth and profile.name_header and profile.name_field):
         return list(fused)
     try:
         names = [n for n in (named_construction(t, profile.name_header) for t in texts) if n]
-        best, first = 0, None
+        best, first = (0, 0, 0, 0), None
         for doc in fused[:depth] if names else ():
             notation = _notation(doc.payload, profile.name_field)
-            strength = max((name_match(name, notation) for name in names), default=0) if notation else 0
+            strength = _strength(names, notation) if notation else (0, 0, 0, 0)
             if strength > best:
                 best, first = strength, doc
     except Exception:  # noqa: BLE001 - a HyDE refinement never fails the search

@@ -20,7 +20,7 @@ from functools import lru_cache
 
 from .analysis import morphemes
 
-__all__ = ["GAP", "HANGUL", "name_match", "pattern_sequences", "sentence_morphemes", "uses_pattern"]
+__all__ = ["GAP", "HANGUL", "inflection_match", "name_match", "pattern_sequences", "sentence_morphemes", "uses_pattern"]
 
 HANGUL = re.compile("[가-힣]")
 _JAMO_CODA = {"ㄱ": "\u11a8", "ㄴ": "\u11ab", "ㄹ": "\u11af", "ㅁ": "\u11b7", "ㅂ": "\u11b8", "ㅅ": "\u11ba",
@@ -256,3 +256,39 @@ def name_match(name: str, notation: str) -> int:
     if not wanted & found:
         return 0
     return 2 if wanted & _longest(found) else 1
+
+
+_INFIXES = frozenset({"었", "았", "겠", "시", "셨"})
+_TENSE = frozenset({"었", "았"})
+_STYLE = frozenset({"어요", "아요", "요", "ᆸ니다", "습니다", "ᆸ니까", "습니까", "다", "어", "아"})
+"""Plain speech-style endings: a name that adds only the past tense to one (``-았/었어요``) is about the tense."""
+
+
+def _infix(morpheme: tuple[str, str]) -> bool:
+    return morpheme[1] == "E" and morpheme[0] in _INFIXES
+
+
+def _inflects(name: tuple[tuple[str, str], ...], entry: tuple[tuple[str, str], ...]) -> bool:
+    """Whether ``name`` is ``entry`` inflected: only the past tense before it, only endings after it (an honorific
+    or future infix before it has an entry of its own: ``-(으)시겠어요`` is about those, not about ``-아요/어요``).
+    A one-morpheme ``entry`` only with the past tense alone around it (``-았/었지만`` is ``-지만``), and never a plain
+    style ending."""
+    if GAP in entry or all(_infix(m) for m in entry):
+        return False
+    for i in range(len(name) - len(entry) + 1):
+        before, after = name[:i], name[i + len(entry):]
+        if (name[i:i + len(entry)] == entry and all(m[1] == "E" and m[0] in _TENSE for m in before)
+                and all(m[1] == "E" for m in after)):
+            if len(entry) > 1 or (before and not after and entry[0][0] not in _STYLE):
+                return True
+    return False
+
+
+def inflection_match(name: str, notation: str) -> int:
+    """How many morphemes of ``name`` are one of ``notation``'s sequences when the name is that entry inflected
+    (``-(으)려고 했는데`` and ``-(으)려고 하다``: 2; ``-았/었지만`` and ``-지만``: 1; ``-아야/어야 했다`` and
+    ``-아야/어야 하다``: 2), 0 otherwise: an infix alone (``-았/었-``), a word outside the entry (``-고 계시다`` is
+    not the honorific verbs' ``계시다``) or a name shorter than the entry (``-(으)ㄹ걸`` is not ``-(으)ㄹ걸요``) name
+    nothing this way. For what :func:`name_match` cannot read; it ranks below it."""
+    return max((len(found) for wanted in _longest(_distinctive(name)) for found in _distinctive(notation)
+                if _inflects(wanted, found)), default=0)
