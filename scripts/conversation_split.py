@@ -44,7 +44,8 @@ from followup_table import kinds  # noqa: E402
 SETS = {"conversations": "data/eval/conversations", "followups": "data/eval/followups",
         "fresh": "data/eval/fresh_followups", "fresh2": "data/eval/fresh_followups2",
         "fresh3": "data/eval/fresh_followups3", "fresh4": "data/eval/fresh_followups4",
-        "fresh5": "data/eval/fresh_followups5", "fresh6": "data/eval/fresh_followups6"}
+        "fresh5": "data/eval/fresh_followups5", "fresh6": "data/eval/fresh_followups6",
+        "fresh7": "data/eval/fresh_followups7"}
 DEPTH = 30
 CHANNELS = ("msg", "ctx", "rep", "ex")
 

@@ -40,7 +40,8 @@ from tune_policy import Runner, corpus_file, parse_policy  # noqa: E402
 SETS = {"followups": "data/eval/followups", "conversations": "data/eval/conversations",
         "fresh": "data/eval/fresh_followups", "fresh2": "data/eval/fresh_followups2",
         "fresh3": "data/eval/fresh_followups3", "fresh4": "data/eval/fresh_followups4",
-        "fresh5": "data/eval/fresh_followups5", "fresh6": "data/eval/fresh_followups6"}
+        "fresh5": "data/eval/fresh_followups5", "fresh6": "data/eval/fresh_followups6",
+        "fresh7": "data/eval/fresh_followups7"}
 AGENT_SETS = ("followups", "fresh5")
 """The sets whose agent turns are recorded (data/recordings/agent/): the agent rows run on these only."""
 ROWS: dict[str, tuple[str, str]] = {
