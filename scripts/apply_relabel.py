@@ -10,9 +10,11 @@ per message, whether a new entry answers it (``data/eval/relabel.*.jsonl``, one 
 - ``add``: the new entry becomes a second label, at the query's highest score.
 - ``also``: the new entry goes to ``metadata.also_right`` only (the lenient count; qrels unchanged).
 
-``long_chat:<n>`` keys address line n of ``data/eval/long_chat/questions.jsonl`` (its ``relevant`` list). The
-script refuses unknown sets, queries, entries and actions, naming every problem, and is idempotent (a decision
-already applied changes nothing), so it can be re-run on the committed sets::
+``long_chat:<n>`` keys address line n of ``data/eval/long_chat/questions.jsonl``: its questions carry a
+``relevant`` list only, so ``replace`` drops the old labels there and ``also`` is refused. The script refuses
+unknown sets, queries, entries and actions and queries without labels, naming every problem before it writes
+anything, and is idempotent (a decision already applied changes nothing), so it can be re-run on the committed
+sets::
 
     .venv/bin/python scripts/apply_relabel.py data/eval/relabel.corpus195.jsonl
 """
@@ -52,8 +54,10 @@ def apply(decisions: list[dict], corpus_ids: set[str], root: Path = EVAL) -> lis
             problems.append(f"{d.get('key')}: unknown action {d.get('action')!r}")
         elif d.get("entry") not in corpus_ids:
             problems.append(f"{d.get('key')}: {d.get('entry')!r} is not an entry of the corpus")
-        elif not (root / name).is_dir() or not qid:
+        elif not name or not qid or not (root / name).is_dir():
             problems.append(f"{d.get('key')}: no eval set {name!r}")
+        elif name == "long_chat" and d["action"] == "also":
+            problems.append(f"{d.get('key')}: long_chat has no also-right list (its questions carry `relevant` only)")
         else:
             by_set.setdefault(name, []).append({**d, "qid": qid})
     plans = []
@@ -69,7 +73,10 @@ def apply(decisions: list[dict], corpus_ids: set[str], root: Path = EVAL) -> lis
         qpath, rpath = root / name / "queries.jsonl", root / name / "qrels" / "test.tsv"
         queries, qrels = _lines(qpath), _qrels(rpath)
         ids = {q["_id"] for q in queries}
+        labelled = {row[0] for row in qrels[1:]}
         problems += [f"{d['key']}: no such query" for d in ds if d["qid"] not in ids]
+        problems += [f"{d['key']}: the query has no label to change" for d in ds
+                     if d["qid"] in ids and d["qid"] not in labelled]
         plans.append((name, qpath, queries, rpath, qrels, ds))
     if problems:
         raise ValueError("; ".join(problems))
@@ -77,7 +84,7 @@ def apply(decisions: list[dict], corpus_ids: set[str], root: Path = EVAL) -> lis
         if rpath is None:
             for d in ds:
                 rel = queries[int(d["qid"])]["relevant"]
-                if d["action"] == "also" or d["entry"] in rel:
+                if d["entry"] in rel:
                     continue
                 if d["action"] == "replace":
                     rel[:] = [d["entry"]]

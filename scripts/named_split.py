@@ -1,10 +1,11 @@
 """Does the ranking keep what the hypothesis knows? Follow-ups split by what their hypothesis names (issue 39).
 
-For each follow-up of a replayed set, the hypothesis's «Конструкция:» line is read with the named lead's own
-matcher (:func:`hyde_tutor.retrieval.patterns.name_match`) against every entry's pattern, and the follow-up goes in
-one of three groups: the best-matching entries include a **label**; they are **another** entry (and whether the
-labeller called it also right); or the name matches **no entry** (an inflected or compound name, or a construction
-the corpus lacks). Per group: how many, and how often the served ranking (the default row of
+For each follow-up of a replayed set, the construction its hypotheses name («Конструкция:», read by the named
+lead's own :func:`~hyde_tutor.hyde.named.named_construction`) is matched against every entry's pattern with the
+lead's own :func:`~hyde_tutor.hyde.named.name_strength`, and the follow-up goes in one of three groups: the
+best-matching entries include a **label**; they are **another** entry (and whether the labeller called it also
+right); or the name matches **no entry** (a name the matcher does not read, or a construction the corpus lacks).
+The lead itself only looks at the fused top 5; this looks at every entry. Per group: how many, and how often the served ranking (the default row of
 ``scripts/followup_table.py --json``) puts a label first.
 
     .venv/bin/python scripts/named_split.py fresh6:data/recordings/fresh_followups6.v2.rec1.jsonl:docs/recorded/issue39.fresh6.rec1.json
@@ -18,11 +19,11 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import re
 import sys
 from pathlib import Path
 
-from hyde_tutor.retrieval.patterns import name_match
+from hyde_tutor.hyde.conversation import render_conversation
+from hyde_tutor.hyde.named import name_strength, named_construction
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from followup_table import SETS  # noqa: E402
@@ -31,29 +32,37 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ROW = "v2 hypothesis + conversation search, both leads (default)"
 
 
-def header(text: str) -> str:
-    """The construction a hypothesis names in its «Конструкция:» line ("" without one)."""
-    m = re.search(r"Конструкция[^:\n]*:\**\s*(.+)", text)
-    return m.group(1).strip() if m else ""
+HEADER = "Конструкция:"
 
 
 def split(patterns: dict[str, str], labels: dict[str, list[str]], also: dict[str, list[str]],
-          named: dict[str, str], firsts: dict[str, str]) -> dict[str, dict]:
-    """Group the follow-ups of ``firsts`` (query id → first entry) by what ``named`` (query id → name) names."""
+          named: dict[str, list[str]], firsts: dict[str, str]) -> dict[str, dict]:
+    """Group the follow-ups of ``firsts`` (query id → first entry) by what ``named`` (query id → the names its
+    hypotheses give) names."""
     groups = {g: {"n": 0, "label_first": 0, "also_right": 0, "misses": []} for g in ("label", "other", "none")}
+    nothing = (0, 0, 0, 0)
     for qid, first in firsts.items():
-        name = named.get(qid, "")
-        scores = {e: name_match(name, p) for e, p in patterns.items()} if name else {}
-        best = max(scores.values(), default=0)
-        top = {e for e, s in scores.items() if best and s == best}
-        group = "none" if not best else "label" if top & set(labels[qid]) else "other"
+        names = named.get(qid) or []
+        scores = {e: name_strength(names, p) for e, p in patterns.items()} if names else {}
+        best = max(scores.values(), default=nothing)
+        top = {e for e, s in scores.items() if best != nothing and s == best}
+        group = "none" if best == nothing else "label" if top & set(labels.get(qid, ())) else "other"
         g = groups[group]
         g["n"] += 1
-        g["label_first"] += first in labels[qid]
+        g["label_first"] += first in labels.get(qid, ())
         g["also_right"] += bool(top & set(also.get(qid, ())))
-        if first not in labels[qid]:
-            g["misses"].append((qid, name, first))
+        if first not in labels.get(qid, ()):
+            g["misses"].append((qid, " | ".join(names), first))
     return groups
+
+
+def _conversation(query: dict) -> str:
+    """The conversation the follow-up request showed, as the recording keeps it."""
+    return render_conversation([(m["role"], m["content"]) for m in query.get("history") or []])
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def main() -> None:
@@ -62,22 +71,22 @@ def main() -> None:
     parser.add_argument("--row", default=DEFAULT_ROW)
     parser.add_argument("--misses", action="store_true")
     args = parser.parse_args()
-    patterns = {e["id"]: e["pattern"] for e in map(json.loads, (ROOT / "data" / "grammar.jsonl").read_text(
-        encoding="utf-8").splitlines()) if e}
+    patterns = {e["id"]: e["pattern"] for e in _lines(ROOT / "data" / "grammar.jsonl")}
     for run in args.runs:
-        name, recording, table = run.split(":")
+        name, recording, table = run.split(":", 2)
         folder = ROOT / SETS[name]
         labels: dict[str, list[str]] = {}
         with (folder / "qrels" / "test.tsv").open(encoding="utf-8") as f:
             for qid, doc, _ in list(csv.reader(f, delimiter="\t"))[1:]:
                 labels.setdefault(qid, []).append(doc)
-        queries = [json.loads(line) for line in (folder / "queries.jsonl").read_text(encoding="utf-8").splitlines()]
-        by_text = {}
-        for line in Path(recording).read_text(encoding="utf-8").splitlines():
-            r = json.loads(line)
-            if r.get("kind") == "hypothesis":
-                by_text[r["query"]] = header(r["text"])
-        named = {q["_id"]: by_text.get(q["text"], "") for q in queries}
+        queries = _lines(folder / "queries.jsonl")
+        by_request: dict[tuple[str, str], list[str]] = {}  # the same message can follow different conversations
+        for r in _lines(Path(recording)):
+            name_ = named_construction(r.get("text", ""), HEADER) if r.get("kind") == "hypothesis" else None
+            if name_:
+                by_request.setdefault((r["query"].strip(), r.get("conversation", "")), []).append(name_)
+        named = {q["_id"]: by_request.get((q["text"].strip(), _conversation(q)), [])
+                 for q in queries}
         also = {q["_id"]: (q.get("metadata") or {}).get("also_right") or [] for q in queries}
         data = json.loads(Path(table).read_text(encoding="utf-8"))
         part = next(iter(data.values()))

@@ -268,7 +268,9 @@ def test_an_inflected_name_names_its_entry_and_an_exact_name_still_wins() -> Non
     assert inflection_match("-(으)려고 했는데", "-(으)려고 하다") == 2 and not inflection_match("-(으)려고 했는데", "-(으)려고")
     assert inflection_match("-았/었지만", "-지만") == 1 and not inflection_match("-았/었지만", "-았/었-")  # an infix alone
     assert inflection_match("-아야/어야 했다", "-아야/어야 하다/되다") == 2 and inflection_match("-았/었다면", "-다면") == 1
-    assert not inflection_match("-(으)ㄹ걸 (그랬다)", "-(으)ㄹ걸요")  # a name shorter than the entry is not it
+    assert not inflection_match("-(으)ㄹ걸", "-(으)ㄹ걸요")  # a name shorter than the entry is not it…
+    assert inflection_match("-는 대신(에)", "-(으)ㄴ/는 대신에") == 2  # …unless it leaves off a trailing particle
+    assert inflection_match("-(으)셨-", "-(으)시-") == 1  # a name of infixes names its infix's entry
     assert not inflection_match("-았/었어요", "-아요/어요")  # the past tense and a plain style ending: the tense
     assert not inflection_match("-은/는 и -이/가", "-(으)ㄴ / -는 / -(으)ㄹ")  # one ending inside a longer name
     assert not inflection_match("-(으)시겠어요?", "-아요/어요")  # the honorific and -겠- have entries of their own
@@ -281,8 +283,9 @@ def test_an_inflected_name_names_its_entry_and_an_exact_name_still_wins() -> Non
     assert first("-(으)려고 했는데", ("a", "-(으)려고"), ("b", "-기 시작하다"), ("c", "-(으)려고 하다")) == "c"
     assert first("-았/었지만", ("a", "-기는 하지만 / -기는 -지만"), ("b", "-지만")) == "b"
     assert first("-(으)ㄹ까? / -자", ("a", "-아요/어요"), ("b", "-자")) == "b"  # each part names
-    assert first("-(으)ㄹ걸 / -(으)ㄹ 걸 그랬다", ("a", "-(으)ㄹ걸요"), ("b", "-(으)ㄹ 걸 그랬다")) == "b"  # the whole first
-    assert first("-고 있다", ("a", "-고 있었다"), ("b", "-고 있다")) == "b"  # an exact name beats an inflected one
+    assert first("-(으)ㄹ 걸 그랬다 / -지만", ("a", "-지만"), ("b", "-(으)ㄹ 걸 그랬다")) == "b"  # the whole before a part
+    assert first("-고 있었다", ("a", "-고 있다"), ("b", "-고 있었다")) == "b"  # an exact name beats an inflected one
+    assert first("-고 있었다", ("a", "-고 싶다"), ("b", "-고 있다")) == "b"
     assert first("-(으)시겠어요?", ("a", "-(으)세요"), ("b", "-아요/어요")) == "a"  # nothing named: order stands
 
 

@@ -19,7 +19,7 @@ from .domains import DomainProfile
 from .result import RetrievedDoc
 from .stages import keep_on_top
 
-__all__ = ["kept_texts", "lead_named", "named_construction"]
+__all__ = ["kept_texts", "lead_named", "named_construction", "name_strength"]
 
 _log = logging.getLogger("hyde_tutor.hyde")
 _NEXT_HEADER = re.compile(r"\s+(?:[*_]+\s*)?[А-ЯЁA-Z][а-яёa-z]+(?:\s[а-яёa-z]+)?\s*:")
@@ -54,15 +54,16 @@ def kept_texts(hypotheses: Sequence[Any], channels: Mapping[str, Any]) -> list[s
     return [h.text for h in hypotheses if f"hyde:{h.perspective}" in channels]
 
 
-def _strength(names: Sequence[str], notation: str) -> tuple[int, int, int, int]:
-    """How well ``notation`` matches the ``names``, best first: :func:`name_match` of a whole name, then
-    :func:`inflection_match` of a whole name, then the same for the parts of a name «A / B»."""
+def name_strength(names: Sequence[str], notation: str) -> tuple[int, int, int, int]:
+    """How well an entry's ``notation`` matches the constructions ``names``, as the lead ranks it (compare the
+    tuples): :func:`name_match` of a whole name, then :func:`inflection_match` of a whole name, then the same for
+    the parts of a name «A / B» (split on a spaced slash only; a comma can be inside one construction's name)."""
     def score(candidates: Sequence[str]) -> tuple[int, int]:
         exact = max((name_match(n, notation) for n in candidates), default=0)
         return exact, 0 if exact else max((inflection_match(n, notation) for n in candidates), default=0)
 
     whole = score(names)
-    parts = [p for n in names for p in _PARTS.split(n) if p.strip() and p != n]
+    parts = [p for n in names for p in _PARTS.split(n) if p.strip()] if any(_PARTS.search(n) for n in names) else []
     return (*whole, *((0, 0) if any(whole) or not parts else score(parts)))
 
 
@@ -70,9 +71,9 @@ def lead_named(fused: Sequence[RetrievedDoc], texts: Sequence[str], profile: Dom
                depth: int) -> list[RetrievedDoc]:
     """``fused`` with the entry of its top ``depth`` that best matches a construction the hypotheses ``texts``
     name (the profile's ``name_header``) moved first, its score raised to stay on top (``stages.keep_on_top``);
-    the best-ranked among equally good matches. A name is read by :func:`name_match` first, then, where nothing
-    matches it so, as an inflected form of an entry (:func:`inflection_match`: «-(으)려고 했는데» names
-    -(으)려고 하다); «A / B» names A or B where the whole name names no entry. Unchanged when nothing matches, ``depth`` is 0, the domain's
+    the best-ranked among equally good matches (:func:`name_strength`: the name as written first, then as an
+    inflected form of an entry, «-(으)려고 했는데» naming -(으)려고 하다; «A / B» names A or B where no entry of the
+    top ``depth`` matches the whole name). Unchanged when nothing matches, ``depth`` is 0, the domain's
     hypotheses name nothing, or the analyser fails (logged: the fused ranking stands). Blocking (the analyser)."""
     if not (depth and profile.name_header and profile.name_field):
         return list(fused)
@@ -81,7 +82,7 @@ def lead_named(fused: Sequence[RetrievedDoc], texts: Sequence[str], profile: Dom
         best, first = (0, 0, 0, 0), None
         for doc in fused[:depth] if names else ():
             notation = _notation(doc.payload, profile.name_field)
-            strength = _strength(names, notation) if notation else (0, 0, 0, 0)
+            strength = name_strength(names, notation) if notation else (0, 0, 0, 0)
             if strength > best:
                 best, first = strength, doc
     except Exception:  # noqa: BLE001 - a HyDE refinement never fails the search

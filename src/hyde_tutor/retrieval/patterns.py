@@ -198,7 +198,7 @@ def _contains(sentence: Sequence[tuple[str, str]], pattern: Sequence[tuple[str, 
                 return any(_contains(sentence[k:], rest) for k in range(i, len(sentence)))
             if sentence[i] == pattern[j]:
                 i, j = i + 1, j + 1
-            elif j > 0 and sentence[i][1] == "E" and sentence[i][0] in ("었", "겠", "시", "셨", "았"):
+            elif j > 0 and _infix(sentence[i]):
                 i += 1
             else:
                 break
@@ -258,9 +258,10 @@ def name_match(name: str, notation: str) -> int:
     return 2 if wanted & _longest(found) else 1
 
 
-_INFIXES = frozenset({"었", "았", "겠", "시", "셨"})
-_TENSE = frozenset({"었", "았"})
-_STYLE = frozenset({"어요", "아요", "요", "ᆸ니다", "습니다", "ᆸ니까", "습니까", "다", "어", "아"})
+_INFIXES = frozenset({"었", "겠", "시"})
+"""The tense, future and honorific infixes as the analyser's forms are normalised (았 → 었, 셨 → 시 + 었)."""
+_TENSE = frozenset({"었"})
+_STYLE = frozenset({"어요", "요", "ᆸ니다", "ᆸ니까", "다", "어"})
 """Plain speech-style endings: a name that adds only the past tense to one (``-았/었어요``) is about the tense."""
 
 
@@ -269,12 +270,18 @@ def _infix(morpheme: tuple[str, str]) -> bool:
 
 
 def _inflects(name: tuple[tuple[str, str], ...], entry: tuple[tuple[str, str], ...]) -> bool:
-    """Whether ``name`` is ``entry`` inflected: only the past tense before it, only endings after it (an honorific
-    or future infix before it has an entry of its own: ``-(으)시겠어요`` is about those, not about ``-아요/어요``).
+    """Whether ``name`` is ``entry`` inflected: only the past tense before it (an honorific or future infix before
+    it has an entry of its own: ``-(으)시겠어요`` is about those, not about ``-아요/어요``), only endings after it,
+    infixes included (the entry conjugated: ``-아/어 주시겠어요?`` is ``-아/어 주다``).
     A one-morpheme ``entry`` only with the past tense alone around it (``-았/었지만`` is ``-지만``), and never a plain
-    style ending."""
-    if GAP in entry or all(_infix(m) for m in entry):
+    style ending. Two more: an infix entry for a name of infixes alone (``-(으)셨-`` is ``-(으)시-`` in the past), and
+    an entry whose trailing particle the name leaves off (``-는 대신(에)`` is ``-(으)ㄴ/는 대신에``)."""
+    if GAP in entry:
         return False
+    if all(_infix(m) for m in entry):
+        return len(name) > len(entry) and all(_infix(m) for m in name) and name[:len(entry)] == entry
+    if len(entry) > len(name):
+        return len(name) > 1 and entry[:len(name)] == name and all(m[1] == "J" for m in entry[len(name):])
     for i in range(len(name) - len(entry) + 1):
         before, after = name[:i], name[i + len(entry):]
         if (name[i:i + len(entry)] == entry and all(m[1] == "E" and m[0] in _TENSE for m in before)
@@ -287,8 +294,10 @@ def _inflects(name: tuple[tuple[str, str], ...], entry: tuple[tuple[str, str], .
 def inflection_match(name: str, notation: str) -> int:
     """How many morphemes of ``name`` are one of ``notation``'s sequences when the name is that entry inflected
     (``-(으)려고 했는데`` and ``-(으)려고 하다``: 2; ``-았/었지만`` and ``-지만``: 1; ``-아야/어야 했다`` and
-    ``-아야/어야 하다``: 2), 0 otherwise: an infix alone (``-았/었-``), a word outside the entry (``-고 계시다`` is
-    not the honorific verbs' ``계시다``) or a name shorter than the entry (``-(으)ㄹ걸`` is not ``-(으)ㄹ걸요``) name
-    nothing this way. For what :func:`name_match` cannot read; it ranks below it."""
-    return max((len(found) for wanted in _longest(_distinctive(name)) for found in _distinctive(notation)
-                if _inflects(wanted, found)), default=0)
+    ``-아야/어야 하다``: 2; ``-(으)셨-`` and ``-(으)시-``: 1; ``-는 대신(에)`` and ``-(으)ㄴ/는 대신에``: 2), 0
+    otherwise: an infix entry for a name with more than infixes (``-았/었지만`` is not ``-았/었-``), a word outside
+    the entry (``-고 계시다`` is not the honorific verbs' ``계시다``) or a name shorter than the entry by more than a
+    trailing particle (``-(으)ㄹ걸`` is not ``-(으)ㄹ걸요``) name nothing this way. For what :func:`name_match` cannot read (a name identical to the entry scores here too, but
+    :func:`name_match` reads it first); it ranks below it."""
+    return max((min(len(found), len(wanted)) for wanted in _longest(_distinctive(name))
+                for found in _distinctive(notation) if _inflects(wanted, found)), default=0)
