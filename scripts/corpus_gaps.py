@@ -25,10 +25,11 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from hyde_tutor.hyde.domains import DOMAINS
 from hyde_tutor.hyde.named import named_construction
 from hyde_tutor.retrieval.patterns import pattern_sequences
 
-HEADER = "Конструкция:"
+HEADER = DOMAINS["grammar"].name_header or ""
 
 
 def hypotheses(paths: Iterable[Path]) -> Iterator[tuple[str, str]]:

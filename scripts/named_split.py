@@ -5,8 +5,8 @@ lead's own :func:`~hyde_tutor.hyde.named.named_construction`) is matched against
 lead's own :func:`~hyde_tutor.hyde.named.name_strength`, and the follow-up goes in one of three groups: the
 best-matching entries include a **label**; they are **another** entry (and whether the labeller called it also
 right); or the name matches **no entry** (a name the matcher does not read, or a construction the corpus lacks).
-The lead itself only looks at the fused top 5; this looks at every entry. Per group: how many, and how often the served ranking (the default row of
-``scripts/followup_table.py --json``) puts a label first.
+The lead itself only looks at the fused top 5; this looks at every entry. Per group: how many, and how often the
+served ranking (the default row of ``scripts/followup_table.py --json``) puts a label first.
 
     .venv/bin/python scripts/named_split.py fresh6:data/recordings/fresh_followups6.v2.rec1.jsonl:docs/recorded/issue39.fresh6.rec1.json
 
@@ -17,22 +17,33 @@ follow-ups whose label is not first.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from hyde_tutor.evaluation.beir import EvalQuery, load_beir
 from hyde_tutor.hyde.conversation import render_conversation
+from hyde_tutor.hyde.domains import DOMAINS
 from hyde_tutor.hyde.named import name_strength, named_construction
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from followup_table import SETS  # noqa: E402
+from followup_table import SETS, kinds  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ROW = "v2 hypothesis + conversation search, both leads (default)"
+HEADER = DOMAINS["grammar"].name_header or ""
 
 
-HEADER = "Конструкция:"
+def names_by_query(recordings: Iterable[dict], queries: Sequence[EvalQuery]) -> dict[str, list[str]]:
+    """Query id → the constructions its recorded hypotheses name, found by message *and* conversation, as the
+    replay finds them (the same «а если ещё нет?» follows different conversations)."""
+    by_request: dict[tuple[str, str], list[str]] = {}
+    for r in recordings:
+        name = named_construction(r.get("text", ""), HEADER) if r.get("kind") == "hypothesis" else None
+        if name:
+            by_request.setdefault((r["query"].strip(), r.get("conversation", "")), []).append(name)
+    return {q.id: by_request.get((q.text.strip(), render_conversation(q.history)), []) for q in queries}
 
 
 def split(patterns: dict[str, str], labels: dict[str, list[str]], also: dict[str, list[str]],
@@ -56,11 +67,6 @@ def split(patterns: dict[str, str], labels: dict[str, list[str]], also: dict[str
     return groups
 
 
-def _conversation(query: dict) -> str:
-    """The conversation the follow-up request showed, as the recording keeps it."""
-    return render_conversation([(m["role"], m["content"]) for m in query.get("history") or []])
-
-
 def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -75,24 +81,13 @@ def main() -> None:
     for run in args.runs:
         name, recording, table = run.split(":", 2)
         folder = ROOT / SETS[name]
-        labels: dict[str, list[str]] = {}
-        with (folder / "qrels" / "test.tsv").open(encoding="utf-8") as f:
-            for qid, doc, _ in list(csv.reader(f, delimiter="\t"))[1:]:
-                labels.setdefault(qid, []).append(doc)
-        queries = _lines(folder / "queries.jsonl")
-        by_request: dict[tuple[str, str], list[str]] = {}  # the same message can follow different conversations
-        for r in _lines(Path(recording)):
-            name_ = named_construction(r.get("text", ""), HEADER) if r.get("kind") == "hypothesis" else None
-            if name_:
-                by_request.setdefault((r["query"].strip(), r.get("conversation", "")), []).append(name_)
-        named = {q["_id"]: by_request.get((q["text"].strip(), _conversation(q)), [])
-                 for q in queries}
-        also = {q["_id"]: (q.get("metadata") or {}).get("also_right") or [] for q in queries}
-        data = json.loads(Path(table).read_text(encoding="utf-8"))
-        part = next(iter(data.values()))
+        data, (_, _, also) = load_beir(folder), kinds(str(folder))
+        labels = {qid: list(docs) for qid, docs in data.qrels.items()}
+        named = names_by_query(_lines(Path(recording)), data.queries)
+        part = next(iter(json.loads(Path(table).read_text(encoding="utf-8")).values()))
         firsts = {qid: ranked[0] for key, rows in part.items() if key.endswith(":followup")
                   for qid, ranked in rows[args.row]["by_query"].items()}
-        groups = split(patterns, labels, also, named, firsts)
+        groups = split(patterns, labels, {q: sorted(a) for q, a in also.items()}, named, firsts)
         print(f"{name} ({Path(recording).name}): {len(firsts)} follow-ups; "
               + "; ".join(f"names {g}: {v['n']} (label first {v['label_first']}"
                           + (f", also right {v['also_right']}" if g == "other" else "") + ")"

@@ -14,22 +14,17 @@ def _module():
     return module
 
 
-def test_a_message_after_two_conversations_keeps_each_conversations_name(tmp_path) -> None:
+def test_a_message_after_two_conversations_keeps_each_conversations_name() -> None:
     """«а если ещё нет?» follows different first turns: each recording is found by message and conversation."""
+    from hyde_tutor.evaluation.beir import EvalQuery
     from hyde_tutor.hyde.conversation import render_conversation
 
-    module = _module()
-    one, two = [("user", "Как сказать «я поел»?"), ("assistant", "-았/었-: 먹었어요.")], [
-        ("user", "Как сказать «я сделал»?"), ("assistant", "-았/었-: 했어요.")]
+    one, two = (("user", "Как сказать «я поел»?"), ("assistant", "-았/었-: 먹었어요.")), (
+        ("user", "Как сказать «я сделал»?"), ("assistant", "-았/었-: 했어요."))
     rows = [{"kind": "hypothesis", "query": "а если ещё нет?", "conversation": render_conversation(h), "text": t}
             for h, t in ((one, "Конструкция: 안 / -지 않다"), (two, "Конструкция: 아직 안 -았/었어요"))]
-    queries = [{"_id": i, "text": "а если ещё нет?", "history": [{"role": r, "content": c} for r, c in h]}
-               for i, h in (("q1", one), ("q2", two))]
-    by_request = {}
-    for r in rows:
-        by_request.setdefault((r["query"], r["conversation"]), []).append(r["text"].split(": ", 1)[1])
-    assert [by_request[("а если ещё нет?", module._conversation(q))] for q in queries] == [
-        ["안 / -지 않다"], ["아직 안 -았/었어요"]]
+    queries = [EvalQuery("q1", "а если ещё нет?", "", one), EvalQuery("q2", "а если ещё нет?", "", two)]
+    assert _module().names_by_query(rows, queries) == {"q1": ["안 / -지 않다"], "q2": ["아직 안 -았/었어요"]}
 
 
 def test_follow_ups_fall_in_the_group_of_what_their_hypothesis_names() -> None:

@@ -36,10 +36,11 @@ def context_query(history: Sequence[Message], text: str, max_chars: int = 1000) 
 ConversationMode = Literal["message", "context", "fused", "reply", "auto"]
 """How the raw channel searches a message that has a conversation before it: ``message`` alone; ``context``
 (the previous question in front of it); ``fused``: the message alone and with its context, both searched, the
-rankings fused; ``reply``: the message alone, after the tutor's last reply (which names what it
-taught), and after the whole previous exchange (question and reply), fused with it and with the whole previous exchange, all weighted equally (the previous question
-alone, as in ``context``, measured worse in that fusion); ``auto``: ``reply`` for a message that reads as a follow-up
-(:func:`looks_like_followup`), any other message alone, so a new question mid-chat ranks as it does alone."""
+rankings fused; ``reply``: the message alone, after the tutor's last reply (which names what it taught), and
+after the whole previous exchange (question and reply), the three fused with equal weights (the previous question
+alone, as in ``context``, measured worse in that fusion); ``auto``: ``reply`` for a message that reads as a
+follow-up (:func:`looks_like_followup`), any other message alone, so a new question mid-chat ranks as it does
+alone."""
 CONVERSATION_MODES: tuple[str, ...] = ("message", "context", "fused", "reply", "auto")
 DEFAULT_CONVERSATION_MODE: ConversationMode = "auto"
 CONVERSATION_RRF_K = 5

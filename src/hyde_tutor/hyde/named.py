@@ -63,7 +63,7 @@ def name_strength(names: Sequence[str], notation: str) -> tuple[int, int, int, i
         return exact, 0 if exact else max((inflection_match(n, notation) for n in candidates), default=0)
 
     whole = score(names)
-    parts = [p for n in names for p in _PARTS.split(n) if p.strip()] if any(_PARTS.search(n) for n in names) else []
+    parts = [p for n in names if _PARTS.search(n) for p in _PARTS.split(n) if p.strip()]
     return (*whole, *((0, 0) if any(whole) or not parts else score(parts)))
 
 

@@ -20,7 +20,9 @@ from functools import lru_cache
 
 from .analysis import morphemes
 
-__all__ = ["GAP", "HANGUL", "inflection_match", "name_match", "pattern_sequences", "sentence_morphemes", "uses_pattern"]
+__all__ = [
+    "GAP", "HANGUL", "inflection_match", "name_match", "pattern_sequences", "sentence_morphemes", "uses_pattern",
+]
 
 HANGUL = re.compile("[가-힣]")
 _JAMO_CODA = {"ㄱ": "\u11a8", "ㄴ": "\u11ab", "ㄹ": "\u11af", "ㅁ": "\u11b7", "ㅂ": "\u11b8", "ㅅ": "\u11ba",
@@ -188,6 +190,17 @@ def pattern_sequences(notation: str) -> tuple[tuple[tuple[str, str], ...], ...]:
     return tuple(found)
 
 
+_INFIXES = frozenset({"었", "겠", "시"})
+"""The tense, future and honorific infixes as the analyser's forms are normalised (았 → 었, 셨 → 시 + 었)."""
+_TENSE = frozenset({"었"})
+_STYLE = frozenset({"어요", "요", "ᆸ니다", "ᆸ니까", "다", "어"})
+"""Plain speech-style endings: a name that adds only the past tense to one (``-았/었어요``) is about the tense."""
+
+
+def _infix(morpheme: tuple[str, str]) -> bool:
+    return morpheme[1] == "E" and morpheme[0] in _INFIXES
+
+
 def _contains(sentence: Sequence[tuple[str, str]], pattern: Sequence[tuple[str, str]]) -> bool:
     """``pattern`` in ``sentence`` in order, a tense or honorific infix (EP) of the sentence allowed between."""
     for begin in range(len(sentence)):
@@ -258,17 +271,6 @@ def name_match(name: str, notation: str) -> int:
     return 2 if wanted & _longest(found) else 1
 
 
-_INFIXES = frozenset({"었", "겠", "시"})
-"""The tense, future and honorific infixes as the analyser's forms are normalised (았 → 었, 셨 → 시 + 었)."""
-_TENSE = frozenset({"었"})
-_STYLE = frozenset({"어요", "요", "ᆸ니다", "ᆸ니까", "다", "어"})
-"""Plain speech-style endings: a name that adds only the past tense to one (``-았/었어요``) is about the tense."""
-
-
-def _infix(morpheme: tuple[str, str]) -> bool:
-    return morpheme[1] == "E" and morpheme[0] in _INFIXES
-
-
 def _inflects(name: tuple[tuple[str, str], ...], entry: tuple[tuple[str, str], ...]) -> bool:
     """Whether ``name`` is ``entry`` inflected: only the past tense before it (an honorific or future infix before
     it has an entry of its own: ``-(으)시겠어요`` is about those, not about ``-아요/어요``), only endings after it,
@@ -297,7 +299,8 @@ def inflection_match(name: str, notation: str) -> int:
     ``-아야/어야 하다``: 2; ``-(으)셨-`` and ``-(으)시-``: 1; ``-는 대신(에)`` and ``-(으)ㄴ/는 대신에``: 2), 0
     otherwise: an infix entry for a name with more than infixes (``-았/었지만`` is not ``-았/었-``), a word outside
     the entry (``-고 계시다`` is not the honorific verbs' ``계시다``) or a name shorter than the entry by more than a
-    trailing particle (``-(으)ㄹ걸`` is not ``-(으)ㄹ걸요``) name nothing this way. For what :func:`name_match` cannot read (a name identical to the entry scores here too, but
-    :func:`name_match` reads it first); it ranks below it."""
+    trailing particle (``-(으)ㄹ걸`` is not ``-(으)ㄹ걸요``) name nothing this way. For what :func:`name_match`
+    cannot read (a name identical to the entry scores here too, but :func:`name_match` reads it first); it ranks
+    below it."""
     return max((min(len(found), len(wanted)) for wanted in _longest(_distinctive(name))
                 for found in _distinctive(notation) if _inflects(wanted, found)), default=0)
