@@ -51,13 +51,12 @@ def split(patterns: dict[str, str], labels: dict[str, list[str]], also: dict[str
     """Group the follow-ups of ``firsts`` (query id → first entry) by what ``named`` (query id → the names its
     hypotheses give) names."""
     groups = {g: {"n": 0, "label_first": 0, "also_right": 0, "misses": []} for g in ("label", "other", "none")}
-    nothing = (0, 0, 0, 0)
     for qid, first in firsts.items():
         names = named.get(qid) or []
         scores = {e: name_strength(names, p) for e, p in patterns.items()} if names else {}
-        best = max(scores.values(), default=nothing)
-        top = {e for e, s in scores.items() if best != nothing and s == best}
-        group = "none" if best == nothing else "label" if top & set(labels.get(qid, ())) else "other"
+        best = max(scores.values(), default=())
+        top = {e for e, s in scores.items() if any(best) and s == best}
+        group = "none" if not any(best) else "label" if top & set(labels.get(qid, ())) else "other"
         g = groups[group]
         g["n"] += 1
         g["label_first"] += first in labels.get(qid, ())

@@ -289,6 +289,30 @@ def test_an_inflected_name_names_its_entry_and_an_exact_name_still_wins() -> Non
     assert first("-(으)시겠어요?", ("a", "-(으)세요"), ("b", "-아요/어요")) == "a"  # nothing named: order stands
 
 
+def test_a_negated_construction_names_the_construction_not_the_negation() -> None:
+    """The held-out half (cv-f15) and fresh_followups8 (w26-27, dev sets): a negative promise «-지 않을게요» was read
+    as -지 않다 with an ending and led with the negation entry, where the learner needs -(으)ㄹ게요."""
+    from hyde_tutor.hyde.domains import DOMAINS
+    from hyde_tutor.hyde.named import lead_named, name_strength
+    from hyde_tutor.retrieval.patterns import negation_match
+
+    assert negation_match("-지 않을게요", "-(으)ㄹ게요") == 1 and negation_match("안 -(으)ㄹ게요", "-(으)ㄹ게요") == 1
+    assert negation_match("-지 않아도 되다", "-아/어도 되다") == 2 and negation_match("-지 못하면", "-(으)면") == 1
+    assert not negation_match("-지 않아요", "-아요/어요")  # a plain style ending: the name is about the negation
+    assert not negation_match("-지 않다", "안 / -지 않다") and not negation_match("-지 않을게요", "안 / -지 않다")
+    assert not negation_match("-고 싶지 않다", "-고 싶다")  # the negation must come first
+    assert name_strength(["-지 않을게요"], "-(으)ㄹ게요") > name_strength(["-지 않을게요"], "안 / -지 않다") > (0,) * 6
+    assert name_strength(["-지 않다"], "안 / -지 않다") > name_strength(["-지 않다"], "-(으)ㄹ게요")  # exact wins
+
+    def first(name: str, *pairs: tuple[str, str]) -> str:
+        return lead_named(_docs(*pairs), [f"Конструкция: {name}\nНазвание: …"], DOMAINS["grammar"], 5)[0].id
+
+    promise = (("a", "-(으)ㄹ 거예요"), ("b", "안 / -지 않다"), ("c", "-(으)ㄹ게요"))
+    assert first("-지 않을게요", *promise) == "c"
+    assert first("-지 않을게요 / 안 -(으)ㄹ게요", *promise) == "c"
+    assert first("-지 않아요", ("a", "-아요/어요"), ("b", "안 / -지 않다")) == "b"  # still the negation
+
+
 def test_the_lead_applies_to_follow_ups_only_and_not_with_the_embedded_model() -> None:
     from hyde_tutor.hyde import stages
     from hyde_tutor.hyde.policy import HydePolicy

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..retrieval.patterns import inflection_match, name_match
+from ..retrieval.patterns import inflection_match, name_match, negation_match
 from .domains import DomainProfile
 from .result import RetrievedDoc
 from .stages import keep_on_top
@@ -54,35 +54,41 @@ def kept_texts(hypotheses: Sequence[Any], channels: Mapping[str, Any]) -> list[s
     return [h.text for h in hypotheses if f"hyde:{h.perspective}" in channels]
 
 
-def name_strength(names: Sequence[str], notation: str) -> tuple[int, int, int, int]:
+def name_strength(names: Sequence[str], notation: str) -> tuple[int, ...]:
     """How well an entry's ``notation`` matches the constructions ``names``, as the lead ranks it (compare the
-    tuples): :func:`name_match` of a whole name, then :func:`inflection_match` of a whole name, then the same for
-    the parts of a name «A / B» (split on a spaced slash only; a comma can be inside one construction's name)."""
-    def score(candidates: Sequence[str]) -> tuple[int, int]:
+    tuples): :func:`name_match` of a whole name, then :func:`negation_match` (a negated construction is that
+    construction: «-지 않을게요» is -(으)ㄹ게요, not -지 않다), then :func:`inflection_match` of a whole name, then the
+    same three for the parts of a name «A / B» (split on a spaced slash only; a comma can be inside one
+    construction's name). All zeros: the names do not name the entry."""
+    def score(candidates: Sequence[str]) -> tuple[int, int, int]:
         exact = max((name_match(n, notation) for n in candidates), default=0)
-        return exact, 0 if exact else max((inflection_match(n, notation) for n in candidates), default=0)
+        if exact:
+            return exact, 0, 0
+        negated = max((negation_match(n, notation) for n in candidates), default=0)
+        return 0, negated, 0 if negated else max((inflection_match(n, notation) for n in candidates), default=0)
 
     whole = score(names)
     parts = [p for n in names if _PARTS.search(n) for p in _PARTS.split(n) if p.strip()]
-    return (*whole, *((0, 0) if any(whole) or not parts else score(parts)))
+    return (*whole, *((0, 0, 0) if any(whole) or not parts else score(parts)))
 
 
 def lead_named(fused: Sequence[RetrievedDoc], texts: Sequence[str], profile: DomainProfile,
                depth: int) -> list[RetrievedDoc]:
     """``fused`` with the entry of its top ``depth`` that best matches a construction the hypotheses ``texts``
     name (the profile's ``name_header``) moved first, its score raised to stay on top (``stages.keep_on_top``);
-    the best-ranked among equally good matches (:func:`name_strength`: the name as written first, then as an
-    inflected form of an entry, «-(으)려고 했는데» naming -(으)려고 하다; «A / B» names A or B where no entry of the
+    the best-ranked among equally good matches (:func:`name_strength`: the name as written first, then as a negated
+    construction, «-지 않을게요» naming -(으)ㄹ게요, then as an inflected form of an entry, «-(으)려고 했는데» naming
+    -(으)려고 하다; «A / B» names A or B where no entry of the
     top ``depth`` matches the whole name). Unchanged when nothing matches, ``depth`` is 0, the domain's
     hypotheses name nothing, or the analyser fails (logged: the fused ranking stands). Blocking (the analyser)."""
     if not (depth and profile.name_header and profile.name_field):
         return list(fused)
     try:
         names = [n for n in (named_construction(t, profile.name_header) for t in texts) if n]
-        best, first = (0, 0, 0, 0), None
+        best, first = (0,) * 6, None
         for doc in fused[:depth] if names else ():
             notation = _notation(doc.payload, profile.name_field)
-            strength = name_strength(names, notation) if notation else (0, 0, 0, 0)
+            strength = name_strength(names, notation) if notation else (0,) * 6
             if strength > best:
                 best, first = strength, doc
     except Exception:  # noqa: BLE001 - a HyDE refinement never fails the search

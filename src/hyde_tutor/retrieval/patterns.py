@@ -21,7 +21,7 @@ from functools import lru_cache
 from .analysis import morphemes
 
 __all__ = [
-    "GAP", "HANGUL", "inflection_match", "name_match", "pattern_sequences", "sentence_morphemes", "uses_pattern",
+    "GAP", "HANGUL", "inflection_match", "name_match", "negation_match", "pattern_sequences", "sentence_morphemes", "uses_pattern",
 ]
 
 HANGUL = re.compile("[가-힣]")
@@ -304,3 +304,24 @@ def inflection_match(name: str, notation: str) -> int:
     below it."""
     return max((min(len(found), len(wanted)) for wanted in _longest(_distinctive(name))
                 for found in _distinctive(notation) if _inflects(wanted, found)), default=0)
+
+
+_NEGATIONS = ((("지", "E"), ("않", "V")), (("지", "E"), ("못하", "V")), (("안", "M"),), (("못", "M"),))
+"""The negations a name can put before a construction (``-지 않-``, ``-지 못하-``, ``안``, ``못``)."""
+
+
+def negation_match(name: str, notation: str) -> int:
+    """How many morphemes of ``notation`` follow a negation in ``name`` when the name is exactly a negation and then
+    that entry (``-지 않을게요`` and ``-(으)ㄹ게요``: 1; ``-지 않아도 되다`` and ``-아/어도 되다``: 2), 0 otherwise.
+    A negated construction is still that construction (a negative promise is a promise): read as
+    :func:`inflection_match` reads it, the name would be the negation's entry (``-지 않다``) with an ending. The
+    entry must begin with an ending and not be a plain style ending alone (``-지 않아요`` is about the negation)."""
+    for wanted in _longest(_distinctive(name)):
+        for negation in _NEGATIONS:
+            rest = wanted[len(negation):]
+            if wanted[:len(negation)] != negation or not rest or rest[0][1] != "E":
+                continue
+            for found in _distinctive(notation):
+                if found == rest and not (len(found) == 1 and found[0][0] in _STYLE):
+                    return len(found)
+    return 0
