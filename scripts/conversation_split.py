@@ -45,7 +45,8 @@ SETS = {"conversations": "data/eval/conversations", "followups": "data/eval/foll
         "fresh": "data/eval/fresh_followups", "fresh2": "data/eval/fresh_followups2",
         "fresh3": "data/eval/fresh_followups3", "fresh4": "data/eval/fresh_followups4",
         "fresh5": "data/eval/fresh_followups5", "fresh6": "data/eval/fresh_followups6",
-        "fresh7": "data/eval/fresh_followups7", "fresh8": "data/eval/fresh_followups8"}
+        "fresh7": "data/eval/fresh_followups7", "fresh8": "data/eval/fresh_followups8",
+        "fresh9": "data/eval/fresh_followups9"}
 DEPTH = 30
 CHANNELS = ("msg", "ctx", "rep", "ex")
 

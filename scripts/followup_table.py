@@ -41,7 +41,8 @@ SETS = {"followups": "data/eval/followups", "conversations": "data/eval/conversa
         "fresh": "data/eval/fresh_followups", "fresh2": "data/eval/fresh_followups2",
         "fresh3": "data/eval/fresh_followups3", "fresh4": "data/eval/fresh_followups4",
         "fresh5": "data/eval/fresh_followups5", "fresh6": "data/eval/fresh_followups6",
-        "fresh7": "data/eval/fresh_followups7", "fresh8": "data/eval/fresh_followups8"}
+        "fresh7": "data/eval/fresh_followups7", "fresh8": "data/eval/fresh_followups8",
+        "fresh9": "data/eval/fresh_followups9"}
 AGENT_SETS = ("followups", "fresh5")
 """The sets whose agent turns are recorded (data/recordings/agent/): the agent rows run on these only."""
 ROWS: dict[str, tuple[str, str]] = {
