@@ -313,6 +313,26 @@ def test_a_negated_construction_names_the_construction_not_the_negation() -> Non
     assert first("-지 않아요", ("a", "-아요/어요"), ("b", "안 / -지 않다")) == "b"  # still the negation
 
 
+def test_an_honorific_verb_in_a_name_is_its_plain_verb() -> None:
+    """fresh_followups, fresh_followups2 and fresh_followups9 (dev sets): «а если это бабушка?» after -고 있다; the
+    hypothesis names «-고 계시다», which the -고 있다 entry teaches, and read whole it named nothing (-(으)시- stayed
+    first)."""
+    from hyde_tutor.hyde.domains import DOMAINS
+    from hyde_tutor.hyde.named import lead_named
+    from hyde_tutor.retrieval.patterns import inflection_match, name_match
+
+    assert inflection_match("-고 계시다", "-고 있다") == 2 and inflection_match("-아/어 계시다", "-아/어 있다") == 2
+    assert not inflection_match("-고 계시다", "-(으)시-")  # the entry the name inflects, not its infix
+    assert not inflection_match("계시다", "-고 있다")  # the verb alone is not the construction
+    assert name_match("계시다", "드시다, 주무시다, 계시다") and not inflection_match("-고 계시다", "드시다, 주무시다, 계시다")
+
+    def first(name: str, *pairs: tuple[str, str]) -> str:
+        return lead_named(_docs(*pairs), [f"Конструкция: {name}\nНазвание: …"], DOMAINS["grammar"], 5)[0].id
+
+    assert first("-고 계시다", ("a", "-(으)시-"), ("b", "께서 / 께서는"), ("c", "-고 있다")) == "c"
+    assert first("계시다", ("a", "-고 있다"), ("b", "드시다, 주무시다, 계시다")) == "b"
+
+
 def test_the_lead_applies_to_follow_ups_only_and_not_with_the_embedded_model() -> None:
     from hyde_tutor.hyde import stages
     from hyde_tutor.hyde.policy import HydePolicy

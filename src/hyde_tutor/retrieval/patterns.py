@@ -293,16 +293,26 @@ def _inflects(name: tuple[tuple[str, str], ...], entry: tuple[tuple[str, str], .
     return False
 
 
+_HONORIFIC_VERBS = {("계시", "V"): (("있", "V"), ("시", "E"))}
+"""Honorific verbs a construction's name uses for its plain verb: ``-고 계시다`` is ``-고 있다`` with ``-(으)시-``."""
+
+
+def _plain(name: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """``name`` with each honorific verb written as its plain verb and the honorific infix."""
+    return tuple(itertools.chain.from_iterable(_HONORIFIC_VERBS.get(m, (m,)) for m in name))
+
+
 def inflection_match(name: str, notation: str) -> int:
     """How many morphemes of ``name`` are one of ``notation``'s sequences when the name is that entry inflected
     (``-(으)려고 했는데`` and ``-(으)려고 하다``: 2; ``-았/었지만`` and ``-지만``: 1; ``-아야/어야 했다`` and
-    ``-아야/어야 하다``: 2; ``-(으)셨-`` and ``-(으)시-``: 1; ``-는 대신(에)`` and ``-(으)ㄴ/는 대신에``: 2), 0
+    ``-아야/어야 하다``: 2; ``-(으)셨-`` and ``-(으)시-``: 1; ``-는 대신(에)`` and ``-(으)ㄴ/는 대신에``: 2;
+    ``-고 계시다`` and ``-고 있다``: 2, the name's honorific verb read as its plain verb with ``-(으)시-``), 0
     otherwise: an infix entry for a name with more than infixes (``-았/었지만`` is not ``-았/었-``), a word outside
     the entry (``-고 계시다`` is not the honorific verbs' ``계시다``) or a name shorter than the entry by more than a
     trailing particle (``-(으)ㄹ걸`` is not ``-(으)ㄹ걸요``) name nothing this way. For what :func:`name_match`
     cannot read (a name identical to the entry scores here too, but :func:`name_match` reads it first); it ranks
     below it."""
-    return max((min(len(found), len(wanted)) for wanted in _longest(_distinctive(name))
+    return max((min(len(found), len(wanted)) for wanted in map(_plain, _longest(_distinctive(name)))
                 for found in _distinctive(notation) if _inflects(wanted, found)), default=0)
 
 
