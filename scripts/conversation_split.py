@@ -46,7 +46,8 @@ SETS = {"conversations": "data/eval/conversations", "followups": "data/eval/foll
         "fresh3": "data/eval/fresh_followups3", "fresh4": "data/eval/fresh_followups4",
         "fresh5": "data/eval/fresh_followups5", "fresh6": "data/eval/fresh_followups6",
         "fresh7": "data/eval/fresh_followups7", "fresh8": "data/eval/fresh_followups8",
-        "fresh9": "data/eval/fresh_followups9", "fresh10": "data/eval/fresh_followups10"}
+        "fresh9": "data/eval/fresh_followups9", "fresh10": "data/eval/fresh_followups10",
+        "fresh11": "data/eval/fresh_followups11"}
 DEPTH = 30
 CHANNELS = ("msg", "ctx", "rep", "ex")
 
