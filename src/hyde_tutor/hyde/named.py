@@ -78,8 +78,7 @@ def lead_named(fused: Sequence[RetrievedDoc], texts: Sequence[str], profile: Dom
     name (the profile's ``name_header``) moved first, its score raised to stay on top (``stages.keep_on_top``);
     the best-ranked among equally good matches (:func:`name_strength`: the name as written first, then as a negated
     construction, «-지 않을게요» naming -(으)ㄹ게요, then as an inflected form of an entry, «-(으)려고 했는데» naming
-    -(으)려고 하다; «A / B» names A or B where no entry of the
-    top ``depth`` matches the whole name). Unchanged when nothing matches, ``depth`` is 0, the domain's
+    -(으)려고 하다; «A / B» names A or B where no entry of the top ``depth`` matches the whole name). Unchanged when nothing matches, ``depth`` is 0, the domain's
     hypotheses name nothing, or the analyser fails (logged: the fused ranking stands). Blocking (the analyser)."""
     if not (depth and profile.name_header and profile.name_field):
         return list(fused)

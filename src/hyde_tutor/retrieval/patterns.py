@@ -21,7 +21,8 @@ from functools import lru_cache
 from .analysis import morphemes
 
 __all__ = [
-    "GAP", "HANGUL", "inflection_match", "name_match", "negation_match", "pattern_sequences", "sentence_morphemes", "uses_pattern",
+    "GAP", "HANGUL", "inflection_match", "name_match", "negation_match", "pattern_sequences", "sentence_morphemes",
+    "uses_pattern",
 ]
 
 HANGUL = re.compile("[가-힣]")
