@@ -39,15 +39,8 @@ from hyde_tutor.hyde.conversation import REPLY_CHARS, content_words, context_que
 from hyde_tutor.hyde.fusion import protect_head, reciprocal_rank_fusion, weighted_score_fusion
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from followup_table import kinds  # noqa: E402
+from followup_table import SETS, kinds  # noqa: E402
 
-SETS = {"conversations": "data/eval/conversations", "followups": "data/eval/followups",
-        "fresh": "data/eval/fresh_followups", "fresh2": "data/eval/fresh_followups2",
-        "fresh3": "data/eval/fresh_followups3", "fresh4": "data/eval/fresh_followups4",
-        "fresh5": "data/eval/fresh_followups5", "fresh6": "data/eval/fresh_followups6",
-        "fresh7": "data/eval/fresh_followups7", "fresh8": "data/eval/fresh_followups8",
-        "fresh9": "data/eval/fresh_followups9", "fresh10": "data/eval/fresh_followups10",
-        "fresh11": "data/eval/fresh_followups11"}
 DEPTH = 30
 CHANNELS = ("msg", "ctx", "rep", "ex")
 

@@ -19,7 +19,7 @@ from .domains import DomainProfile
 from .result import RetrievedDoc
 from .stages import keep_on_top
 
-__all__ = ["kept_texts", "lead_named", "named_construction", "name_strength"]
+__all__ = ["NO_NAME", "kept_texts", "lead_named", "named_construction", "name_strength"]
 
 _log = logging.getLogger("hyde_tutor.hyde")
 _NEXT_HEADER = re.compile(r"\s+(?:[*_]+\s*)?[А-ЯЁA-Z][а-яёa-z]+(?:\s[а-яёa-z]+)?\s*:")
@@ -54,6 +54,10 @@ def kept_texts(hypotheses: Sequence[Any], channels: Mapping[str, Any]) -> list[s
     return [h.text for h in hypotheses if f"hyde:{h.perspective}" in channels]
 
 
+NO_NAME: tuple[int, ...] = (0,) * 6
+"""What :func:`name_strength` gives an entry the names do not name."""
+
+
 def name_strength(names: Sequence[str], notation: str) -> tuple[int, ...]:
     """How well an entry's ``notation`` matches the constructions ``names``, as the lead ranks it (compare the
     tuples): :func:`name_match` of a whole name, then :func:`negation_match` (a negated construction is that
@@ -78,16 +82,17 @@ def lead_named(fused: Sequence[RetrievedDoc], texts: Sequence[str], profile: Dom
     name (the profile's ``name_header``) moved first, its score raised to stay on top (``stages.keep_on_top``);
     the best-ranked among equally good matches (:func:`name_strength`: the name as written first, then as a negated
     construction, «-지 않을게요» naming -(으)ㄹ게요, then as an inflected form of an entry, «-(으)려고 했는데» naming
-    -(으)려고 하다; «A / B» names A or B where no entry of the top ``depth`` matches the whole name). Unchanged when nothing matches, ``depth`` is 0, the domain's
-    hypotheses name nothing, or the analyser fails (logged: the fused ranking stands). Blocking (the analyser)."""
+    -(으)려고 하다; «A / B» names A or B where no entry of the top ``depth`` matches the whole name). Unchanged when
+    nothing matches, ``depth`` is 0, the domain's hypotheses name nothing, or the analyser fails (logged: the fused
+    ranking stands). Blocking (the analyser)."""
     if not (depth and profile.name_header and profile.name_field):
         return list(fused)
     try:
         names = [n for n in (named_construction(t, profile.name_header) for t in texts) if n]
-        best, first = (0,) * 6, None
+        best, first = NO_NAME, None
         for doc in fused[:depth] if names else ():
             notation = _notation(doc.payload, profile.name_field)
-            strength = name_strength(names, notation) if notation else (0,) * 6
+            strength = name_strength(names, notation) if notation else NO_NAME
             if strength > best:
                 best, first = strength, doc
     except Exception:  # noqa: BLE001 - a HyDE refinement never fails the search

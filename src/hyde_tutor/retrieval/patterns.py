@@ -327,12 +327,11 @@ def negation_match(name: str, notation: str) -> int:
     A negated construction is still that construction (a negative promise is a promise): read as
     :func:`inflection_match` reads it, the name would be the negation's entry (``-지 않다``) with an ending. The
     entry must begin with an ending and not be a plain style ending alone (``-지 않아요`` is about the negation)."""
+    entry = _distinctive(notation)
     for wanted in _longest(_distinctive(name)):
         for negation in _NEGATIONS:
             rest = wanted[len(negation):]
-            if wanted[:len(negation)] != negation or not rest or rest[0][1] != "E":
-                continue
-            for found in _distinctive(notation):
-                if found == rest and not (len(found) == 1 and found[0][0] in _STYLE):
-                    return len(found)
+            if (wanted[:len(negation)] == negation and rest in entry and rest[0][1] == "E"
+                    and not (len(rest) == 1 and rest[0][0] in _STYLE)):
+                return len(rest)
     return 0
