@@ -333,6 +333,25 @@ def test_an_honorific_verb_in_a_name_is_its_plain_verb() -> None:
     assert first("계시다", ("a", "-고 있다"), ("b", "드시다, 주무시다, 계시다")) == "b"
 
 
+def test_a_future_infix_before_a_quotation_inflects_it() -> None:
+    """fresh_followups4 and fresh_followups11 (dev sets): «а если это друг сказал, что бросит?» after -기로 하다; the
+    hypothesis names «-겠다고 하다» (a quoted promise), which the -다고 하다 entry teaches, and read whole it named
+    nothing (-겠- before an entry was refused, so -기로 하다 stayed first)."""
+    from hyde_tutor.hyde.domains import DOMAINS
+    from hyde_tutor.hyde.named import lead_named
+    from hyde_tutor.retrieval.patterns import inflection_match
+
+    assert inflection_match("-겠다고 하다", "-다고 하다") == 2
+    assert not inflection_match("-겠어요", "-아요/어요") and not inflection_match("-겠지만", "-지만")  # no verb: -겠-
+    assert not inflection_match("-(으)시겠다고 하다", "-다고 하다")  # the honorific infix still has its own entry
+
+    def first(name: str, *pairs: tuple[str, str]) -> str:
+        return lead_named(_docs(*pairs), [f"Конструкция: {name}\nНазвание: …"], DOMAINS["grammar"], 5)[0].id
+
+    assert first("-겠다고 하다", ("a", "-기로 하다"), ("b", "-겠-"), ("c", "-다고 하다")) == "c"
+    assert first("-겠어요", ("a", "-아요/어요"), ("b", "-(으)ㄹ 거예요")) == "a"  # nothing named: order stands
+
+
 def test_the_lead_applies_to_follow_ups_only_and_not_with_the_embedded_model() -> None:
     from hyde_tutor.hyde import stages
     from hyde_tutor.hyde.policy import HydePolicy

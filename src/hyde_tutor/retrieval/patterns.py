@@ -274,7 +274,8 @@ def name_match(name: str, notation: str) -> int:
 
 def _inflects(name: tuple[tuple[str, str], ...], entry: tuple[tuple[str, str], ...]) -> bool:
     """Whether ``name`` is ``entry`` inflected: only the past tense before it (an honorific or future infix before
-    it has an entry of its own: ``-(으)시겠어요`` is about those, not about ``-아요/어요``), only endings after it,
+    it has an entry of its own: ``-(으)시겠어요`` is about those, not about ``-아요/어요``; but ``-겠-`` before a
+    construction with its own verb inflects it: ``-겠다고 하다`` is ``-다고 하다``), only endings after it,
     infixes included (the entry conjugated: ``-아/어 주시겠어요?`` is ``-아/어 주다``).
     A one-morpheme ``entry`` only with the past tense alone around it (``-았/었지만`` is ``-지만``), and never a plain
     style ending. Two more: an infix entry for a name of infixes alone (``-(으)셨-`` is ``-(으)시-`` in the past), and
@@ -287,11 +288,19 @@ def _inflects(name: tuple[tuple[str, str], ...], entry: tuple[tuple[str, str], .
         return len(name) > 1 and entry[:len(name)] == name and all(m[1] == "J" for m in entry[len(name):])
     for i in range(len(name) - len(entry) + 1):
         before, after = name[:i], name[i + len(entry):]
-        if (name[i:i + len(entry)] == entry and all(m[1] == "E" and m[0] in _TENSE for m in before)
+        if (name[i:i + len(entry)] == entry and all(_tense_before(m, entry) for m in before)
                 and all(m[1] == "E" for m in after)):
             if len(entry) > 1 or (before and not after and entry[0][0] not in _STYLE):
                 return True
     return False
+
+
+def _tense_before(morpheme: tuple[str, str], entry: tuple[tuple[str, str], ...]) -> bool:
+    """Whether ``morpheme``, before ``entry`` in a name, only inflects it: the past tense, or the future ``-겠-``
+    before a construction with a verb of its own (``-겠다고 하다`` is ``-다고 하다`` quoting a promise, where
+    ``-겠어요`` is about ``-겠-``)."""
+    return morpheme[1] == "E" and (morpheme[0] in _TENSE
+                                   or (morpheme[0] == "겠" and any(tag == "V" for _, tag in entry)))
 
 
 _HONORIFIC_VERBS = {("계시", "V"): (("있", "V"), ("시", "E"))}
