@@ -352,6 +352,25 @@ def test_a_future_infix_before_a_quotation_inflects_it() -> None:
     assert first("-겠어요", ("a", "-아요/어요"), ("b", "-(으)ㄹ 거예요")) == "a"  # nothing named: order stands
 
 
+def test_a_construction_in_another_speech_style_names_its_entry() -> None:
+    """fresh_followups9 (a dev set): «а на табличке как пишут, официально?» after -(으)면 안 되다; the hypothesis
+    names «-지 마십시오 / N 금지», the 합쇼체 form of the -지 마세요 entry, and named nothing (-(으)면 안 되다 stayed
+    first)."""
+    from hyde_tutor.hyde.domains import DOMAINS
+    from hyde_tutor.hyde.named import lead_named
+    from hyde_tutor.retrieval.patterns import inflection_match
+
+    assert inflection_match("-지 마십시오", "-지 마세요") == 4 and inflection_match("-지 마십시오 / N 금지", "-지 마세요") == 4
+    assert not inflection_match("-(으)십시오", "-(으)세요")  # no verb of its own: the style is the question
+    assert not inflection_match("-았/었어요", "-아요/어요") and not inflection_match("-지 마십시오", "-지 말고")
+
+    def first(name: str, *pairs: tuple[str, str]) -> str:
+        return lead_named(_docs(*pairs), [f"Конструкция: {name}\nНазвание: …"], DOMAINS["grammar"], 5)[0].id
+
+    assert first("-지 마십시오 / N 금지", ("a", "-(으)면 안 되다"), ("b", "-(스)ㅂ니다 / -(스)ㅂ니까?"), ("c", "-지 마세요")) == "c"
+    assert first("-(으)십시오", ("a", "-(스)ㅂ니다 / -(스)ㅂ니까?"), ("b", "-(으)세요")) == "a"  # order stands
+
+
 def test_the_lead_applies_to_follow_ups_only_and_not_with_the_embedded_model() -> None:
     from hyde_tutor.hyde import stages
     from hyde_tutor.hyde.policy import HydePolicy

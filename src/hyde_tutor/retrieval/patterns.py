@@ -196,6 +196,7 @@ _INFIXES = frozenset({"었", "겠", "시"})
 _TENSE = frozenset({"었"})
 _STYLE = frozenset({"어요", "요", "ᆸ니다", "ᆸ니까", "다", "어"})
 """Plain speech-style endings: a name that adds only the past tense to one (``-았/었어요``) is about the tense."""
+_STYLE_ENDINGS = frozenset((e, "E") for e in (*_STYLE, "ᆸ시오", "어라"))
 
 
 def _infix(morpheme: tuple[str, str]) -> bool:
@@ -279,13 +280,16 @@ def _inflects(name: tuple[tuple[str, str], ...], entry: tuple[tuple[str, str], .
     infixes included (the entry conjugated: ``-아/어 주시겠어요?`` is ``-아/어 주다``).
     A one-morpheme ``entry`` only with the past tense alone around it (``-았/었지만`` is ``-지만``), and never a plain
     style ending. Two more: an infix entry for a name of infixes alone (``-(으)셨-`` is ``-(으)시-`` in the past), and
-    an entry whose trailing particle the name leaves off (``-는 대신(에)`` is ``-(으)ㄴ/는 대신에``)."""
+    an entry whose trailing particle the name leaves off (``-는 대신(에)`` is ``-(으)ㄴ/는 대신에``), and a construction
+    with its own verb in another speech style (``-지 마십시오`` is ``-지 마세요``)."""
     if GAP in entry:
         return False
     if all(_infix(m) for m in entry):
         return len(name) > len(entry) and all(_infix(m) for m in name) and name[:len(entry)] == entry
     if len(entry) > len(name):
         return len(name) > 1 and entry[:len(name)] == name and all(m[1] == "J" for m in entry[len(name):])
+    if len(name) == len(entry) > 1 and name[:-1] == entry[:-1] and {name[-1], entry[-1]} <= _STYLE_ENDINGS:
+        return any(tag == "V" for _, tag in entry)  # another speech style: -지 마십시오 is -지 마세요
     for i in range(len(name) - len(entry) + 1):
         before, after = name[:i], name[i + len(entry):]
         if (name[i:i + len(entry)] == entry and all(_tense_before(m, entry) for m in before)
