@@ -76,7 +76,7 @@ def covers(notation: str, name: str) -> bool:
     sequences and one of the name's share two morphemes in a row (``-(으)ㄴ 적이 있다/없다`` covers ``-아/어 본 적이
     없다``; ``-(으)ㄴ/는 대신에`` covers ``-는 대신(에)``), the whole name is in the entry (``-(으)ㄹ수록`` in
     ``-(으)면 -(으)ㄹ수록``), or the entry is one content word the name contains (``안`` in ``아직 안 -았/었어요``).
-    Looser than the named lead's :func:`~hyde_tutor.retrieval.patterns.name_match`: a gap here is a construction no
+    Looser than the named lead's :func:`~hyde_tutor.retrieval.naming.name_match`: a gap here is a construction no
     entry even partly teaches."""
     names = [s for v in variants(name) for s in pattern_sequences(v)]
     for t in pattern_sequences(notation):

@@ -246,7 +246,7 @@ def test_a_failing_analyser_leaves_the_fused_ranking(monkeypatch: pytest.MonkeyP
 
 
 def test_notations_name_the_same_construction_by_their_morphemes() -> None:
-    from hyde_tutor.retrieval.patterns import name_match
+    from hyde_tutor.retrieval.naming import name_match
 
     assert name_match("-고 싶어 하다", "-고 싶어하다")  # spacing
     assert name_match("-(으)ㄹ 줄 모르다", "-(으)ㄹ 줄 알다/모르다")  # one of the entry's alternatives
@@ -263,7 +263,7 @@ def test_an_inflected_name_names_its_entry_and_an_exact_name_still_wins() -> Non
     «-(으)ㄹ까? / -자»; read whole, they named no entry and a neighbour stayed first."""
     from hyde_tutor.hyde.domains import DOMAINS
     from hyde_tutor.hyde.named import lead_named
-    from hyde_tutor.retrieval.patterns import inflection_match
+    from hyde_tutor.retrieval.naming import inflection_match
 
     assert inflection_match("-(으)려고 했는데", "-(으)려고 하다") == 2 and not inflection_match("-(으)려고 했는데", "-(으)려고")
     assert inflection_match("-았/었지만", "-지만") == 1 and not inflection_match("-았/었지만", "-았/었-")  # an infix alone
@@ -294,7 +294,7 @@ def test_a_negated_construction_names_the_construction_not_the_negation() -> Non
     as -지 않다 with an ending and led with the negation entry, where the learner needs -(으)ㄹ게요."""
     from hyde_tutor.hyde.domains import DOMAINS
     from hyde_tutor.hyde.named import lead_named, name_strength
-    from hyde_tutor.retrieval.patterns import negation_match
+    from hyde_tutor.retrieval.naming import negation_match
 
     assert negation_match("-지 않을게요", "-(으)ㄹ게요") == 1 and negation_match("안 -(으)ㄹ게요", "-(으)ㄹ게요") == 1
     assert negation_match("-지 않아도 되다", "-아/어도 되다") == 2 and negation_match("-지 못하면", "-(으)면") == 1
@@ -319,7 +319,7 @@ def test_an_honorific_verb_in_a_name_is_its_plain_verb() -> None:
     first)."""
     from hyde_tutor.hyde.domains import DOMAINS
     from hyde_tutor.hyde.named import lead_named
-    from hyde_tutor.retrieval.patterns import inflection_match, name_match
+    from hyde_tutor.retrieval.naming import inflection_match, name_match
 
     assert inflection_match("-고 계시다", "-고 있다") == 2 and inflection_match("-아/어 계시다", "-아/어 있다") == 2
     assert not inflection_match("-고 계시다", "-(으)시-")  # the entry the name inflects, not its infix
@@ -339,7 +339,7 @@ def test_a_future_infix_before_a_quotation_inflects_it() -> None:
     nothing (-겠- before an entry was refused, so -기로 하다 stayed first)."""
     from hyde_tutor.hyde.domains import DOMAINS
     from hyde_tutor.hyde.named import lead_named
-    from hyde_tutor.retrieval.patterns import inflection_match
+    from hyde_tutor.retrieval.naming import inflection_match
 
     assert inflection_match("-겠다고 하다", "-다고 하다") == 2
     assert not inflection_match("-겠어요", "-아요/어요") and not inflection_match("-겠지만", "-지만")  # no verb: -겠-
@@ -358,7 +358,7 @@ def test_a_construction_in_another_speech_style_names_its_entry() -> None:
     first)."""
     from hyde_tutor.hyde.domains import DOMAINS
     from hyde_tutor.hyde.named import lead_named
-    from hyde_tutor.retrieval.patterns import inflection_match
+    from hyde_tutor.retrieval.naming import inflection_match
 
     assert inflection_match("-지 마십시오", "-지 마세요") == 4 and inflection_match("-지 마십시오 / N 금지", "-지 마세요") == 4
     assert not inflection_match("-(으)십시오", "-(으)세요")  # no verb of its own: the style is the question
@@ -369,6 +369,27 @@ def test_a_construction_in_another_speech_style_names_its_entry() -> None:
 
     assert first("-지 마십시오 / N 금지", ("a", "-(으)면 안 되다"), ("b", "-(스)ㅂ니다 / -(스)ㅂ니까?"), ("c", "-지 마세요")) == "c"
     assert first("-(으)십시오", ("a", "-(스)ㅂ니다 / -(스)ㅂ니까?"), ("b", "-(으)세요")) == "a"  # order stands
+
+
+def test_an_infix_with_a_style_ending_names_the_infix_entry() -> None:
+    """The held-out half (fu-30) and fresh_followups11 (w37-06), dev sets: «а в прошедшем?» after the honorific; the
+    hypothesis names «-(으)셨어요» (-(으)시- in the past), or «-겠어요» for a guess, and named nothing (an infix
+    entry took a name of infixes alone)."""
+    from hyde_tutor.hyde.domains import DOMAINS
+    from hyde_tutor.hyde.named import lead_named
+    from hyde_tutor.retrieval.naming import inflection_match
+
+    assert inflection_match("-(으)셨어요", "-(으)시-") and inflection_match("-겠어요", "-겠-")
+    assert inflection_match("-았/었어요", "-았/었-") and inflection_match("-았/었겠다", "-겠-")  # the past left out
+    assert not inflection_match("-(으)시겠어요?", "-(으)시-") and not inflection_match("-(으)시겠어요?", "-겠-")
+    assert not inflection_match("-겠어요", "-아/어야겠다")  # an infix listed beside a longer sequence
+    assert not inflection_match("-았/었지만", "-았/었-") and inflection_match("-(으)셨-", "-(으)시-")
+
+    def first(name: str, *pairs: tuple[str, str]) -> str:
+        return lead_named(_docs(*pairs), [f"Конструкция: {name}\nНазвание: …"], DOMAINS["grammar"], 5)[0].id
+
+    assert first("-(으)셨어요", ("a", "드시다, 주무시다, 계시다"), ("b", "-(으)시-")) == "b"
+    assert first("-겠어요", ("a", "-아/어야겠다"), ("b", "-나 보다 / -(으)ㄴ가 보다"), ("c", "-겠-")) == "c"
 
 
 def test_the_lead_applies_to_follow_ups_only_and_not_with_the_embedded_model() -> None:

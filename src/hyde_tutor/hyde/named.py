@@ -3,7 +3,7 @@
 A hypothesis in the grammar format names its construction in its first line («Конструкция: -아/어 (반말)»). Its
 words can still rank a neighbouring entry a hair higher (its examples share the earlier question's words); its
 name cannot be outvoted: when an entry of the fused top N has that pattern, it goes first. The notations are
-compared by the Korean analyser (:func:`~hyde_tutor.retrieval.patterns.name_match`), so spelling and spacing do
+compared by the Korean analyser (:func:`~hyde_tutor.retrieval.naming.name_match`), so spelling and spacing do
 not matter and a name matches one alternative of an entry's notation.
 """
 
@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..retrieval.patterns import inflection_match, name_match, negation_match
+from ..retrieval.naming import inflection_match, name_match, negation_match
 from .domains import DomainProfile
 from .result import RetrievedDoc
 from .stages import keep_on_top

@@ -1,5 +1,6 @@
 """Grammar notation read by the Korean analyser: which morpheme sequences show a pattern in a sentence, and
-whether two notations name the same construction.
+the forms a sentence's analysis is compared in (whether two notations name the same construction:
+:mod:`hyde_tutor.retrieval.naming`).
 
 :func:`pattern_sequences` turns grammar notation (``-(으)ㄹ 뻔하다``, ``-아/어 주다 / -아/어 드리다``, ``을/를``)
 into morpheme sequences: each alternative is written out with a dummy stem (a verb for an ending, a noun for a
@@ -20,10 +21,7 @@ from functools import lru_cache
 
 from .analysis import morphemes
 
-__all__ = [
-    "GAP", "HANGUL", "inflection_match", "name_match", "negation_match", "pattern_sequences", "sentence_morphemes",
-    "uses_pattern",
-]
+__all__ = ["GAP", "HANGUL", "is_infix", "pattern_sequences", "sentence_morphemes", "uses_pattern"]
 
 HANGUL = re.compile("[가-힣]")
 _JAMO_CODA = {"ㄱ": "\u11a8", "ㄴ": "\u11ab", "ㄹ": "\u11af", "ㅁ": "\u11b7", "ㅂ": "\u11b8", "ㅅ": "\u11ba",
@@ -193,13 +191,10 @@ def pattern_sequences(notation: str) -> tuple[tuple[tuple[str, str], ...], ...]:
 
 _INFIXES = frozenset({"었", "겠", "시"})
 """The tense, future and honorific infixes as the analyser's forms are normalised (았 → 었, 셨 → 시 + 었)."""
-_TENSE = frozenset({"었"})
-_STYLE = frozenset({"어요", "요", "ᆸ니다", "ᆸ니까", "다", "어"})
-"""Plain speech-style endings: a name that adds only the past tense to one (``-았/었어요``) is about the tense."""
-_STYLE_ENDINGS = frozenset((e, "E") for e in (*_STYLE, "ᆸ시오", "어라"))
 
 
-def _infix(morpheme: tuple[str, str]) -> bool:
+def is_infix(morpheme: tuple[str, str]) -> bool:
+    """A tense, future or honorific infix (``-았/었-``, ``-겠-``, ``-(으)시-``) as the analyser normalises it."""
     return morpheme[1] == "E" and morpheme[0] in _INFIXES
 
 
@@ -213,7 +208,7 @@ def _contains(sentence: Sequence[tuple[str, str]], pattern: Sequence[tuple[str, 
                 return any(_contains(sentence[k:], rest) for k in range(i, len(sentence)))
             if sentence[i] == pattern[j]:
                 i, j = i + 1, j + 1
-            elif j > 0 and _infix(sentence[i]):
+            elif j > 0 and is_infix(sentence[i]):
                 i += 1
             else:
                 break
@@ -243,108 +238,3 @@ def uses_pattern(sentence: str, notation: str) -> bool:
         if len(pattern) >= 2 and GAP not in pattern and len(forms) >= 3 and forms in joined:
             return True
     return False
-
-
-
-def _distinctive(notation: str) -> frozenset[tuple[tuple[str, str], ...]]:
-    """The notation's sequences, less a lone jamo ending (``ᆫ`` of ``-(으)ㄴ/는데도``'s first alternative): a
-    modifier or nominaliser ending alone is in dozens of notations and names none of them."""
-    return frozenset(s for s in pattern_sequences(notation)
-                     if not (len(s) == 1 and not HANGUL.search(s[0][0])))
-
-
-def _longest(sequences: frozenset[tuple[tuple[str, str], ...]]) -> frozenset[tuple[tuple[str, str], ...]]:
-    """The sequences with the most letters (``어서`` over ``어`` for ``-아/어서``)."""
-    size = {s: sum(len(form) for form, _ in s) for s in sequences}
-    top = max(size.values(), default=0)
-    return frozenset(s for s in sequences if size[s] == top)
-
-
-def name_match(name: str, notation: str) -> int:
-    """How well an entry's ``notation`` matches the construction ``name`` (e.g. what a hypothesis names):
-    2 when their longest morpheme sequences meet (``-고 싶어 하다`` and ``-고 싶어하다``; ``-(으)ㄹ 줄 모르다`` and
-    ``-(으)ㄹ 줄 알다/모르다``), 1 when the name's longest sequence is only one of the notation's shorter ones
-    (``-겠-`` and an entry that also lists ``-겠-``), 0 otherwise. Only the name's longest sequences (most
-    letters) count, so ``-아/어서`` (written out as ``-아`` and ``-어서``) does not name ``-아/어 (반말)``."""
-    wanted = _longest(_distinctive(name))
-    found = _distinctive(notation)
-    if not wanted & found:
-        return 0
-    return 2 if wanted & _longest(found) else 1
-
-
-def _inflects(name: tuple[tuple[str, str], ...], entry: tuple[tuple[str, str], ...]) -> bool:
-    """Whether ``name`` is ``entry`` inflected: only the past tense before it (an honorific or future infix before
-    it has an entry of its own: ``-(으)시겠어요`` is about those, not about ``-아요/어요``; but ``-겠-`` before a
-    construction with its own verb inflects it: ``-겠다고 하다`` is ``-다고 하다``), only endings after it,
-    infixes included (the entry conjugated: ``-아/어 주시겠어요?`` is ``-아/어 주다``).
-    A one-morpheme ``entry`` only with the past tense alone around it (``-았/었지만`` is ``-지만``), and never a plain
-    style ending. Two more: an infix entry for a name of infixes alone (``-(으)셨-`` is ``-(으)시-`` in the past), and
-    an entry whose trailing particle the name leaves off (``-는 대신(에)`` is ``-(으)ㄴ/는 대신에``), and a construction
-    with its own verb in another speech style (``-지 마십시오`` is ``-지 마세요``)."""
-    if GAP in entry:
-        return False
-    if all(_infix(m) for m in entry):
-        return len(name) > len(entry) and all(_infix(m) for m in name) and name[:len(entry)] == entry
-    if len(entry) > len(name):
-        return len(name) > 1 and entry[:len(name)] == name and all(m[1] == "J" for m in entry[len(name):])
-    if len(name) == len(entry) > 1 and name[:-1] == entry[:-1] and {name[-1], entry[-1]} <= _STYLE_ENDINGS:
-        return any(tag == "V" for _, tag in entry)  # another speech style: -지 마십시오 is -지 마세요
-    for i in range(len(name) - len(entry) + 1):
-        before, after = name[:i], name[i + len(entry):]
-        if (name[i:i + len(entry)] == entry and all(_tense_before(m, entry) for m in before)
-                and all(m[1] == "E" for m in after)):
-            if len(entry) > 1 or (before and not after and entry[0][0] not in _STYLE):
-                return True
-    return False
-
-
-def _tense_before(morpheme: tuple[str, str], entry: tuple[tuple[str, str], ...]) -> bool:
-    """Whether ``morpheme``, before ``entry`` in a name, only inflects it: the past tense, or the future ``-겠-``
-    before a construction with a verb of its own (``-겠다고 하다`` is ``-다고 하다`` quoting a promise, where
-    ``-겠어요`` is about ``-겠-``)."""
-    return morpheme[1] == "E" and (morpheme[0] in _TENSE
-                                   or (morpheme[0] == "겠" and any(tag == "V" for _, tag in entry)))
-
-
-_HONORIFIC_VERBS = {("계시", "V"): (("있", "V"), ("시", "E"))}
-"""Honorific verbs a construction's name uses for its plain verb: ``-고 계시다`` is ``-고 있다`` with ``-(으)시-``."""
-
-
-def _plain(name: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    """``name`` with each honorific verb written as its plain verb and the honorific infix."""
-    return tuple(itertools.chain.from_iterable(_HONORIFIC_VERBS.get(m, (m,)) for m in name))
-
-
-def inflection_match(name: str, notation: str) -> int:
-    """How many morphemes of ``name`` are one of ``notation``'s sequences when the name is that entry inflected
-    (``-(으)려고 했는데`` and ``-(으)려고 하다``: 2; ``-았/었지만`` and ``-지만``: 1; ``-아야/어야 했다`` and
-    ``-아야/어야 하다``: 2; ``-(으)셨-`` and ``-(으)시-``: 1; ``-는 대신(에)`` and ``-(으)ㄴ/는 대신에``: 2;
-    ``-고 계시다`` and ``-고 있다``: 2, the name's honorific verb read as its plain verb with ``-(으)시-``), 0
-    otherwise: an infix entry for a name with more than infixes (``-았/었지만`` is not ``-았/었-``), a word outside
-    the entry (``-고 계시다`` is not the honorific verbs' ``계시다``) or a name shorter than the entry by more than a
-    trailing particle (``-(으)ㄹ걸`` is not ``-(으)ㄹ걸요``) name nothing this way. For what :func:`name_match`
-    cannot read (a name identical to the entry scores here too, but :func:`name_match` reads it first); it ranks
-    below it."""
-    return max((min(len(found), len(wanted)) for wanted in map(_plain, _longest(_distinctive(name)))
-                for found in _distinctive(notation) if _inflects(wanted, found)), default=0)
-
-
-_NEGATIONS = ((("지", "E"), ("않", "V")), (("지", "E"), ("못하", "V")), (("안", "M"),), (("못", "M"),))
-"""The negations a name can put before a construction (``-지 않-``, ``-지 못하-``, ``안``, ``못``)."""
-
-
-def negation_match(name: str, notation: str) -> int:
-    """How many morphemes of ``notation`` follow a negation in ``name`` when the name is exactly a negation and then
-    that entry (``-지 않을게요`` and ``-(으)ㄹ게요``: 1; ``-지 않아도 되다`` and ``-아/어도 되다``: 2), 0 otherwise.
-    A negated construction is still that construction (a negative promise is a promise): read as
-    :func:`inflection_match` reads it, the name would be the negation's entry (``-지 않다``) with an ending. The
-    entry must begin with an ending and not be a plain style ending alone (``-지 않아요`` is about the negation)."""
-    entry = _distinctive(notation)
-    for wanted in _longest(_distinctive(name)):
-        for negation in _NEGATIONS:
-            rest = wanted[len(negation):]
-            if (wanted[:len(negation)] == negation and rest in entry and rest[0][1] == "E"
-                    and not (len(rest) == 1 and rest[0][0] in _STYLE)):
-                return len(rest)
-    return 0
