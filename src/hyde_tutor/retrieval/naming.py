@@ -52,18 +52,19 @@ def _inflects(name: tuple[tuple[str, str], ...], entry: tuple[tuple[str, str], .
     construction with its own verb inflects it: ``-겠다고 하다`` is ``-다고 하다``), only endings after it,
     infixes included (the entry conjugated: ``-아/어 주시겠어요?`` is ``-아/어 주다``).
     A one-morpheme ``entry`` only with the past tense alone around it (``-았/었지만`` is ``-지만``), and never a plain
-    style ending. Two more: an infix entry for a name of infixes alone (``-(으)셨-`` is ``-(으)시-`` in the past), and
-    an entry whose trailing particle the name leaves off (``-는 대신(에)`` is ``-(으)ㄴ/는 대신에``), and a construction
-    with its own verb in another speech style (``-지 마십시오`` is ``-지 마세요``)."""
+    style ending. Three more: an infix entry for a name of infixes, a plain style ending allowed after them and the
+    past left out unless alone (``-(으)셨-`` and ``-(으)셨어요`` are ``-(으)시-``, ``-았/었겠다`` is ``-겠-``); an entry
+    whose trailing particle the name leaves off (``-는 대신(에)`` is ``-(으)ㄴ/는 대신에``); a construction with its own
+    verb in another speech style (``-지 마십시오`` is ``-지 마세요``)."""
     if GAP in entry:
         return False
-    if all(is_infix(m) for m in entry):  # infixes and a style ending, the past left out unless alone: -았/었겠다 is -겠-
+    if all(is_infix(m) for m in entry):
         name = name[:-1] if len(name) > 1 and name[-1] in _STYLE_ENDINGS else name
-        return all(map(is_infix, name)) and (tuple(m for m in name if m != ("었", "E")) or name) == entry
+        return all(map(is_infix, name)) and (tuple(m for m in name if m[0] not in _TENSE) or name) == entry
     if len(entry) > len(name):
         return len(name) > 1 and entry[:len(name)] == name and all(m[1] == "J" for m in entry[len(name):])
     if len(name) == len(entry) > 1 and name[:-1] == entry[:-1] and {name[-1], entry[-1]} <= _STYLE_ENDINGS:
-        return any(tag == "V" for _, tag in entry)  # another speech style: -지 마십시오 is -지 마세요
+        return _has_verb(entry)  # another speech style: -지 마십시오 is -지 마세요
     for i in range(len(name) - len(entry) + 1):
         before, after = name[:i], name[i + len(entry):]
         if (name[i:i + len(entry)] == entry and all(_tense_before(m, entry) for m in before)
@@ -77,8 +78,12 @@ def _tense_before(morpheme: tuple[str, str], entry: tuple[tuple[str, str], ...])
     """Whether ``morpheme``, before ``entry`` in a name, only inflects it: the past tense, or the future ``-겠-``
     before a construction with a verb of its own (``-겠다고 하다`` is ``-다고 하다`` quoting a promise, where
     ``-겠어요`` is about ``-겠-``)."""
-    return morpheme[1] == "E" and (morpheme[0] in _TENSE
-                                   or (morpheme[0] == "겠" and any(tag == "V" for _, tag in entry)))
+    return morpheme[1] == "E" and (morpheme[0] in _TENSE or (morpheme[0] == "겠" and _has_verb(entry)))
+
+
+def _has_verb(entry: tuple[tuple[str, str], ...]) -> bool:
+    """Whether ``entry`` is a construction with a verb of its own (``-다고 하다``, ``-지 마세요``), not endings alone."""
+    return any(tag == "V" for _, tag in entry)
 
 
 _HONORIFIC_VERBS = {("계시", "V"): (("있", "V"), ("시", "E"))}
@@ -100,10 +105,11 @@ def inflection_match(name: str, notation: str) -> int:
     word outside the entry (``-고 계시다`` is not ``계시다``) or a name shorter than the entry by more than a trailing
     particle (``-(으)ㄹ걸`` is not ``-(으)ㄹ걸요``) name nothing this way. For what :func:`name_match` cannot read
     (a name identical to the entry scores here too, but :func:`name_match` reads it first); it ranks below it."""
-    found_in, longest = _distinctive(notation), _longest(_distinctive(notation))
+    entry = _distinctive(notation)
+    longest = _longest(entry)
     return max((min(len(found), len(wanted)) for wanted in map(_plain, _longest(_distinctive(name)))
-                for found in found_in if (found in longest or not all(map(is_infix, found))) and _inflects(wanted, found)),
-               default=0)
+                for found in entry
+                if (found in longest or not all(map(is_infix, found))) and _inflects(wanted, found)), default=0)
 
 
 _NEGATIONS = ((("지", "E"), ("않", "V")), (("지", "E"), ("못하", "V")), (("안", "M"),), (("못", "M"),))
