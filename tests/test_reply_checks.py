@@ -26,6 +26,9 @@ def test_the_entries_own_examples_show_their_pattern_to_the_analyser() -> None:
 
 
 def test_the_pattern_is_found_by_morphemes_not_by_letters() -> None:
+    assert uses_pattern("먹어 보니까 맛있어요.", "-아/어 보니(까)") and uses_pattern("먹어 보니 맛있어요.", "-아/어 보니(까)")
+    assert uses_pattern("비가 오던데요.", "-던데(요)")  # a bracket right after a word: an optional ending
+    assert pattern_sequences("-아/어 (반말)") == pattern_sequences("-아/어")  # after a space: a comment
     assert uses_pattern("제가 없는 동안 책을 읽어요.", "-는 동안")
     assert not uses_pattern("방학 동안 책을 읽어요.", "-는 동안")  # 동안 as a noun: no -는 before it
     assert uses_pattern("기차를 놓칠 뻔했어요.", "-(으)ㄹ 뻔하다") and uses_pattern("늦을 뻔했어요.", "-(으)ㄹ 뻔하다")

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..retrieval.naming import inflection_match, name_match, negation_match
+from ..retrieval.naming import inflection_match, name_match, name_spellings, negation_match
 from .domains import DomainProfile
 from .result import RetrievedDoc
 from .stages import keep_on_top
@@ -63,7 +63,8 @@ def name_strength(names: Sequence[str], notation: str) -> tuple[int, ...]:
     tuples): :func:`name_match` of a whole name, then :func:`negation_match` (a negated construction is that
     construction: «-지 않을게요» is -(으)ㄹ게요, not -지 않다), then :func:`inflection_match` of a whole name, then the
     same three for the parts of a name «A / B» (split on a spaced slash only; a comma can be inside one
-    construction's name). All zeros: the names do not name the entry."""
+    construction's name). Each name is read in each of its :func:`name_spellings` (``-(으)ㄹ 걸 (그랬다)`` also as
+    ``-(으)ㄹ 걸 그랬다``). All zeros: the names do not name the entry."""
     def score(candidates: Sequence[str]) -> tuple[int, int, int]:
         exact = max((name_match(n, notation) for n in candidates), default=0)
         if exact:
@@ -71,8 +72,9 @@ def name_strength(names: Sequence[str], notation: str) -> tuple[int, ...]:
         negated = max((negation_match(n, notation) for n in candidates), default=0)
         return 0, negated, 0 if negated else max((inflection_match(n, notation) for n in candidates), default=0)
 
-    whole = score(names)
-    parts = [p for n in names if _PARTS.search(n) for p in _PARTS.split(n) if p.strip()]
+    spelled = [s for n in names for s in name_spellings(n)]
+    whole = score(spelled)
+    parts = [p for n in spelled if _PARTS.search(n) for p in _PARTS.split(n) if p.strip()]
     return (*whole, *((0, 0, 0) if any(whole) or not parts else score(parts)))
 
 

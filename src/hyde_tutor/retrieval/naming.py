@@ -8,15 +8,30 @@ order.
 from __future__ import annotations
 
 import itertools
+import re
 
 from .patterns import GAP, HANGUL, is_infix, pattern_sequences
 
-__all__ = ["inflection_match", "name_match", "negation_match"]
+__all__ = ["inflection_match", "name_match", "name_spellings", "negation_match"]
 
 _TENSE = frozenset({"었"})
 _STYLE = frozenset({"어요", "요", "ᆸ니다", "ᆸ니까", "다", "어"})
 """Plain speech-style endings: a name that adds only the past tense to one (``-았/었어요``) is about the tense."""
 _STYLE_ENDINGS = frozenset((e, "E") for e in (*_STYLE, "ᆸ시오", "어라"))
+
+
+_KOREAN_BRACKET = re.compile(r"\((?![으스이ㄴ는/]+\))([가-힣][가-힣\s]*)\)")
+"""A bracketed Korean piece of a name other than ``(으)``'s kind: ``위해(서)``, ``-(으)ㄹ 걸 (그랬다)``."""
+
+
+def name_spellings(name: str) -> list[str]:
+    """``name`` as written, then without its bracketed Korean pieces, then with them read as part of it:
+    ``-는 동안(에)`` is also ``-는 동안`` and ``-는 동안에``, ``-(으)ㄹ 걸 (그랬다)`` also ``-(으)ㄹ 걸`` and ``-(으)ㄹ 걸
+    그랬다``. A name's brackets say the piece may be left out; an entry's notation may have it or not, so the lead
+    reads every spelling and keeps the best match. (``(으)``, ``(스)``, ``(이)``, ``(ㄴ/는)`` stay: the analyser
+    reads them both ways already.)"""
+    spellings = [name, " ".join(_KOREAN_BRACKET.sub(" ", name).split()), _KOREAN_BRACKET.sub(r"\1", name)]
+    return list(dict.fromkeys(spellings))
 
 
 def _distinctive(notation: str) -> frozenset[tuple[tuple[str, str], ...]]:
@@ -54,7 +69,7 @@ def _inflects(name: tuple[tuple[str, str], ...], entry: tuple[tuple[str, str], .
     A one-morpheme ``entry`` only with the past tense alone around it (``-았/었지만`` is ``-지만``), and never a plain
     style ending. Three more: an infix entry for a name of infixes, a plain style ending allowed after them and the
     past left out unless alone (``-(으)셨-`` and ``-(으)셨어요`` are ``-(으)시-``, ``-았/었겠다`` is ``-겠-``); an entry
-    whose trailing particle the name leaves off (``-는 대신(에)`` is ``-(으)ㄴ/는 대신에``); a construction with its own
+    whose trailing particle the name leaves off (``-는 대신`` is ``-(으)ㄴ/는 대신에``); a construction with its own
     verb in another speech style (``-지 마십시오`` is ``-지 마세요``)."""
     if GAP in entry:
         return False
@@ -98,7 +113,7 @@ def _plain(name: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
 def inflection_match(name: str, notation: str) -> int:
     """How many morphemes of ``name`` are one of ``notation``'s sequences when the name is that entry inflected
     (``-(으)려고 했는데`` and ``-(으)려고 하다``: 2; ``-았/었지만`` and ``-지만``: 1; ``-아야/어야 했다`` and
-    ``-아야/어야 하다``: 2; ``-(으)셨-`` and ``-(으)시-``: 1; ``-는 대신(에)`` and ``-(으)ㄴ/는 대신에``: 2;
+    ``-아야/어야 하다``: 2; ``-(으)셨-`` and ``-(으)시-``: 1; ``-는 대신`` and ``-(으)ㄴ/는 대신에``: 2;
     ``-고 계시다`` and ``-고 있다``: 2, the name's honorific verb read as its plain verb with ``-(으)시-``), 0
     otherwise: an infix entry for a name with more than infixes and a style ending (``-았/었지만`` is not ``-았/었-``;
     ``-겠어요`` is ``-겠-``), an infix the notation lists beside a longer sequence (``-아/어야겠다``'s ``-겠-``), a

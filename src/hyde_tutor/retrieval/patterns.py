@@ -59,9 +59,10 @@ def _norm(form: str, tag: str) -> tuple[str, str]:
 
 
 def _alternatives(notation: str) -> list[str]:
-    """Concrete spellings of a pattern's notation: comments and placeholders dropped, ``(으)`` both ways, each
-    ``a/b`` word both ways, `` / `` and ``,`` separating whole alternatives."""
-    text = re.sub(r"\((?![으스이ㄴ는/]+\))[^)]*\)", " ", notation)  # (причина), (반말): comments, not options
+    """Concrete spellings of a pattern's notation: comments and placeholders dropped, ``(으)`` both ways, a
+    Korean ending in brackets right after a word both ways (``보니(까)``, ``위해(서)``), each ``a/b`` word both
+    ways, `` / `` and ``,`` separating whole alternatives."""
+    text = re.sub(r"\(([^)]*)\)", lambda m: m.group(0) if _option(notation, m) else " ", notation)
     text = re.sub(r"[а-яёА-ЯЁa-zA-Z+?]+", " ", text).replace("…", " … ")  # N, + отрицание; … is a gap
     out: list[str] = []
     for whole in re.split(r"\s/\s|,\s*", text):
@@ -79,6 +80,15 @@ def _alternatives(notation: str) -> list[str]:
             words = [_slashed(w) for w in option.split(" ")]
             out += [" ".join(combo) for combo in itertools.product(*words)]
     return list(dict.fromkeys(_merge_jamo(o) for o in out if HANGUL.search(o) or re.search("[ㄱ-ㅎ]", o)))
+
+
+def _option(notation: str, bracket: re.Match[str]) -> bool:
+    """Whether a bracketed part of ``notation`` is an optional piece of the construction: ``(으)``, ``(스)``,
+    ``(이)``, ``(ㄴ/는)``, or Korean letters right after a word (``보니(까)``, ``-던데(요)``); a bracket after a space
+    is a comment (``(반말)``, ``(причина)``, ``(시간이)``)."""
+    inner, before = bracket.group(1), notation[bracket.start() - 1:bracket.start()]
+    return bool(re.fullmatch("[으스이ㄴ는/]+", inner)
+                or (re.fullmatch("[가-힣]+", inner) and re.fullmatch("[가-힣ㄱ-ㅎ]", before)))
 
 
 def _slashed(word: str) -> list[str]:
