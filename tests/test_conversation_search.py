@@ -159,7 +159,7 @@ def test_without_the_named_lead_the_hypothesis_loses_what_it_names(grammar: Hyde
 
 def test_a_new_question_whose_hypothesis_names_the_entry_finds_it_first(grammar: HydeRetriever) -> None:
     """A message searched alone (a new question): the hypothesis names -아/어 (반말) for writing to a friend, the
-    fusion ranks -(스)ㅂ니다 (the meeting's words) above it; ``named_lead_new`` (5 by default) puts the named
+    fusion ranks -(스)ㅂ니다 (the meeting's words) above it; ``named_lead_new`` (10 by default) puts the named
     entry first, 0 keeps the fusion's order, and the follow-ups' ``named_lead`` does not reach a new question."""
     text = "Как сказать другу в мессенджере, что собрание начинается в три?"
 
@@ -405,9 +405,9 @@ def test_the_lead_applies_to_follow_ups_only_and_not_with_the_embedded_model() -
     assert HydePolicy.resolve(HydeSettings()).followup_lead == 1
     assert HydePolicy.resolve(HydeSettings(), weak_model=True).followup_lead == 0
     assert HydePolicy.resolve(HydeSettings(followup_lead=2), weak_model=True).followup_lead == 2
-    assert (HydePolicy.resolve(HydeSettings()).named_lead, HydePolicy.resolve(HydeSettings(), weak_model=True).named_lead) == (5, 0)
+    assert (HydePolicy.resolve(HydeSettings()).named_lead, HydePolicy.resolve(HydeSettings(), weak_model=True).named_lead) == (10, 0)
     assert (HydePolicy.resolve(HydeSettings()).named_lead_new,
-            HydePolicy.resolve(HydeSettings(), weak_model=True).named_lead_new) == (5, 0)
+            HydePolicy.resolve(HydeSettings(), weak_model=True).named_lead_new) == (10, 0)
 
 
 def test_a_bracketed_korean_piece_of_a_name_is_read_with_and_without_it() -> None:
@@ -431,3 +431,19 @@ def test_a_bracketed_korean_piece_of_a_name_is_read_with_and_without_it() -> Non
     assert first("-기 위해(서)", ("a", "-(으)려고"), ("b", "-기 위해서 / N을 위해서")) == "b"
     assert first("-지 마(세요)", ("a", "-(으)면 안 되다"), ("b", "-지 마세요")) == "b"
     assert first("-(으)ㄹ 걸 (그랬다)", ("a", "-았/었어야 했는데"), ("b", "-(으)ㄹ 걸 그랬다")) == "b"
+
+
+def test_the_named_entry_leads_from_anywhere_in_the_fused_top_ten() -> None:
+    """fresh_followups2, 7 and 8 (dev sets): the hypothesis names «-(으)ㄹ까요?», the label, but the conversation's
+    words put it 6th–10th, and the lead looked at the top 5 only (-(으)ㅂ시다 or -아요/어요 stayed first)."""
+    from hyde_tutor.hyde.domains import DOMAINS
+    from hyde_tutor.hyde.named import lead_named
+    from hyde_tutor.hyde.policy import HydePolicy
+
+    depth = HydePolicy.resolve(HydeSettings()).named_lead
+    fillers = [(f"x{n}", p) for n, p in enumerate(["-(으)ㅂ시다", "-아요/어요", "-자", "-(으)ㄹ래요", "-(으)세요",
+                                                      "-고 싶다", "-지만"])]
+    docs = _docs(*fillers, ("named", "-(으)ㄹ까요?"), ("after", "-(으)면"))
+    text = ["Конструкция: -(으)ㄹ까요?\nНазвание: предложение"]
+    assert lead_named(docs, text, DOMAINS["grammar"], depth)[0].id == "named"  # 8th in the fused ranking
+    assert lead_named(docs, text, DOMAINS["grammar"], 5)[0].id == "x0"  # beyond the depth: the order stands

@@ -229,10 +229,10 @@ class HydeSettings(BaseModel):
     named_lead: int | None = Field(
         None, ge=0, le=100, description="A message read as a follow-up: the entry whose pattern the hypothesis names "
         "in its header (grammar: «Конструкция: …») goes first when it is in the fused top N (0 = off; a reranker "
-        "runs after it); unset = the policy's: 5 capable, 0 embedded.")
+        "runs after it); unset = the policy's: 10 capable, 0 embedded.")
     named_lead_new: int | None = Field(
         None, ge=0, le=100, description="The same for a message read as a new question (0 = off); unset = the "
-        "policy's: 5 capable, 0 embedded.")
+        "policy's: 10 capable, 0 embedded.")
     timeout_s: float = Field(60.0, gt=0, description="Per-call timeout of hypothesis generation.")
     generation: Literal["separate", "one_call"] | None = Field(
         None, description="separate = one LLM call per hypothesis (concurrent); one_call = ONE call returns all N "
