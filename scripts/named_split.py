@@ -5,7 +5,7 @@ lead's own :func:`~hyde_tutor.hyde.named.named_construction`) is matched against
 lead's own :func:`~hyde_tutor.hyde.named.name_strength`, and the follow-up goes in one of three groups: the
 best-matching entries include a **label**; they are **another** entry (and whether the labeller called it also
 right); or the name matches **no entry** (a name the matcher does not read, or a construction the corpus lacks).
-The lead itself only looks at the fused top 5; this looks at every entry. Per group: how many, and how often the
+The lead itself only looks at the fused top 10 (5 until 2026-11-29); this looks at every entry. Per group: how many, and how often the
 served ranking (the default row of ``scripts/followup_table.py --json``) puts a label first.
 
     .venv/bin/python scripts/named_split.py fresh6:data/recordings/fresh_followups6.v2.rec1.jsonl:docs/recorded/issue39.fresh6.rec1.json
