@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from .patterns import GAP, HANGUL, is_infix, pattern_sequences
+from .patterns import GAP, HANGUL, SOUND_OPTION, is_infix, pattern_sequences
 
 __all__ = ["inflection_match", "name_match", "name_spellings", "negation_match"]
 
@@ -20,7 +20,7 @@ _STYLE = frozenset({"어요", "요", "ᆸ니다", "ᆸ니까", "다", "어"})
 _STYLE_ENDINGS = frozenset((e, "E") for e in (*_STYLE, "ᆸ시오", "어라"))
 
 
-_KOREAN_BRACKET = re.compile(r"\((?![으스이ㄴ는/]+\))([가-힣][가-힣\s]*)\)")
+_KOREAN_BRACKET = re.compile(rf"\((?!{SOUND_OPTION}\))([가-힣][가-힣\s]*)\)")
 """A bracketed Korean piece of a name other than ``(으)``'s kind: ``위해(서)``, ``-(으)ㄹ 걸 (그랬다)``."""
 
 

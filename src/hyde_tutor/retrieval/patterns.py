@@ -21,9 +21,12 @@ from functools import lru_cache
 
 from .analysis import morphemes
 
-__all__ = ["GAP", "HANGUL", "is_infix", "pattern_sequences", "sentence_morphemes", "uses_pattern"]
+__all__ = ["GAP", "HANGUL", "SOUND_OPTION", "is_infix", "pattern_sequences", "sentence_morphemes", "uses_pattern"]
 
 HANGUL = re.compile("[가-힣]")
+SOUND_OPTION = "[으스이ㄴ는/]+"
+"""What a bracket holds when it is a sound the stem decides (``(으)``, ``(스)``, ``(이)``, ``(ㄴ/는)``): the analyser
+reads such a notation both ways itself."""
 _JAMO_CODA = {"ㄱ": "\u11a8", "ㄴ": "\u11ab", "ㄹ": "\u11af", "ㅁ": "\u11b7", "ㅂ": "\u11b8", "ㅅ": "\u11ba",
               "ㅆ": "\u11bb"}
 _PARTICLE_NOUNS = ("책", "사과")
@@ -87,7 +90,7 @@ def _option(notation: str, bracket: re.Match[str]) -> bool:
     ``(이)``, ``(ㄴ/는)``, or Korean letters right after a word (``보니(까)``, ``-던데(요)``); a bracket after a space
     is a comment (``(반말)``, ``(причина)``, ``(시간이)``)."""
     inner, before = bracket.group(1), notation[bracket.start() - 1:bracket.start()]
-    return bool(re.fullmatch("[으스이ㄴ는/]+", inner)
+    return bool(re.fullmatch(SOUND_OPTION, inner)
                 or (re.fullmatch("[가-힣]+", inner) and re.fullmatch("[가-힣ㄱ-ㅎ]", before)))
 
 
