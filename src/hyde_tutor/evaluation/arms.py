@@ -11,6 +11,8 @@ from typing import Any, Self, TypeVar
 
 from ..hyde import FusionMode, HydeRetriever
 from ..hyde.conversation import Condenser, ConversationMode, context_query, conversation_queries, fuse_rankings
+from ..hyde.conversation_rank import FollowUp, rank_hits
+from ..hyde.domains import DOMAINS
 from ..hyde.request import SearchRequest
 from ..retrieval.retriever import Retriever, SearchMode
 
@@ -132,10 +134,14 @@ class ConversationArm(ContextArm):
         texts = [q for plan in plans for q, _ in plan]
         hits = iter(self.r.search_many(self.collection, texts, max(self.k, 30)))
         out = []
-        for plan in plans:
-            rankings = [[h.doc_id for h in next(hits)] for _ in plan]
-            fused = fuse_rankings(rankings, [w for _, w in plan])
-            out.append([doc_id for doc_id, _ in fused][: self.k])
+        for plan, (text, history) in zip(plans, map(_text_and_history, items), strict=True):
+            found = [next(hits) for _ in plan]
+            fused = [doc_id for doc_id, _ in fuse_rankings([[h.doc_id for h in f] for f in found], [w for _, w in plan])]
+            field = DOMAINS["grammar"].name_field
+            if self.mode == "auto" and len(plan) == 3 and any(field in h.payload for f in found for h in f):
+                # a grammar collection: the pipeline's learned ranking of a follow-up (conversation_rank.py)
+                fused = [doc_id for doc_id, _ in rank_hits(FollowUp.from_history(history, text), found, fused, field)]
+            out.append(fused[: self.k])
         return out
 
 

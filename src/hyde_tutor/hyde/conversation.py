@@ -77,6 +77,12 @@ def content_words(text: str) -> list[str]:
 _QUOTED = re.compile(r"«[^»]*»|\"[^\"]*\"|„[^“]*“")
 
 
+def opens_like_followup(text: str) -> bool:
+    """Whether the message's first word is a continuation's («А…», «И…», «Тогда…»)."""
+    first = _WORD.search(text)
+    return first is not None and first.group(0).lower() in _OPENERS
+
+
 def looks_like_followup(text: str) -> bool:
     """Whether a message leans on the conversation before it: it opens like a continuation («А если…»,
     «И…», «Тогда…») or points back («это», «так», «тоже») without a question frame of its own («как
@@ -90,7 +96,7 @@ def looks_like_followup(text: str) -> bool:
     own = content_words(text)
     quoted = unquoted != text and bool(content_words(" ".join(_QUOTED.findall(text))))
     framed = bool(_FRAMES.search(unquoted)) and (len(own) >= 3 or quoted)
-    opener = words[0] in _OPENERS
+    opener = opens_like_followup(text)
     pointer = any(w.lower() in _POINTERS for w in _WORD.findall(unquoted))
     if framed and not pointer:
         return False

@@ -25,6 +25,7 @@ from .request import SearchRequest
 from .requests import render_recording
 from .plan import Hypotheses, Plan, Ranked, agent_usage, result_errors
 from .conversation import DEFAULT_CONVERSATION_MODE, conversation_queries
+from .conversation_rank import FollowUp
 from .cache import make_cache
 from ..telemetry import logfire
 from ..corpus.rendering import payload_text
@@ -211,7 +212,9 @@ class HydeRetriever:
         queries = conversation_queries(history, text, request.conversation or DEFAULT_CONVERSATION_MODE,
                                        self.retriever.settings.max_query_chars)
         search_text = queries[0][0]
-        return Plan(request=request, text=text, search_text=search_text, top_k=top_k, depth=depth,
+        ranked = DOMAINS[domain].name_field is not None and (request.conversation or DEFAULT_CONVERSATION_MODE) == "auto"
+        return Plan(follow_up=FollowUp.from_history(history, text) if ranked and len(queries) == 3 else None,
+                    request=request, text=text, search_text=search_text, top_k=top_k, depth=depth,
                     queries=queries if len(queries) > 1 else (),
                     candidates=candidates, fusion=fusion,
                     use_hyde=policy.enabled if request.use_hyde is None else bool(request.use_hyde),
@@ -248,7 +251,8 @@ class HydeRetriever:
         encoding = await self.retriever.aencode(texts, plan.collection)
         raw = await asyncio.to_thread(stages.search_raw, self.retriever, plan.collection, plan.search_text,
                                       plan.depth, plan.has_questions, encoding=encoding, started=started,
-                                      weights=tuple(w for _, w in plan.queries))
+                                      weights=tuple(w for _, w in plan.queries), follow_up=plan.follow_up,
+                                      name_field=DOMAINS[plan.domain].name_field)
         if raw.notes:  # the questions collection failed: asked again only after the probe's recheck time
             self.questions_probe.lost(plan.collection)
         return raw
@@ -324,7 +328,7 @@ class HydeRetriever:
     def _fallback(self, raw: stages.RawChannel, reason: FallbackReason | None, notes: Sequence[str] = (),
                   found: stages.HypothesisChannels | None = None) -> Ranked:
         timing = (found.embed_ms, found.search_ms) if found is not None else (0.0, 0.0)
-        return Ranked(stages.plain(raw.channels, self.weights), False, reason, tuple(notes), *timing)
+        return Ranked(stages.plain(raw.alone, self.weights), False, reason, tuple(notes), *timing)
 
     async def _rerank(self, plan: Plan, docs: list[RetrievedDoc]) -> tuple[list[RetrievedDoc], float, tuple[str, ...]]:
         """Reranked docs, ms, and a note when the reranker failed (the fused order is kept then)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..llm.generation import TokenUsage
+from .conversation_rank import FollowUp
 from .hypotheses import Domain, GenerationResult, Hypothesis
 from .policy import FusionMode, HydePolicy
 from .request import SearchRequest
@@ -33,6 +34,9 @@ class Plan:
     want_questions: bool
     has_questions: bool
     policy: HydePolicy
+    follow_up: FollowUp | None = None
+    """A follow-up whose three conversation searches the learned ranker orders
+    (:mod:`~hyde_tutor.hyde.conversation_rank`); None: they are fused by RRF alone."""
 
     @property
     def collection(self) -> str:

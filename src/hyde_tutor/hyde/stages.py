@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from ..retrieval.store import Hit, questions_collection
 from .policy import AGREEMENT_DEPTH, FusionMode, HydeLegs, HydePolicy
 from .result import QUESTIONS, RAW, RetrievedDoc
 
+if TYPE_CHECKING:
+    from .conversation_rank import FollowUp
+
 Channels = Mapping[str, list[Hit]]
 
 
@@ -48,6 +51,15 @@ class RawChannel:
     ms: float
     notes: tuple[str, ...] = ()
     """Why a channel was dropped (the questions collection failed: the raw hits stand)."""
+    ranked: list[Hit] | None = None
+    """A follow-up's searches in the learned ranker's order (:mod:`~hyde_tutor.hyde.conversation_rank`): the
+    ranking when no hypothesis is fused (the offline path, a failed generation). Hypotheses fuse with ``raw``, the
+    RRF fusion the generated path was chosen with (measured: the learned order there lost on the tuning half)."""
+
+    @property
+    def alone(self) -> Channels:
+        """The channels as the results stand without hypotheses (``raw`` in the learned order, when there is one)."""
+        return self.channels if self.ranked is None else {**self.channels, RAW: self.ranked}
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,16 +116,19 @@ def is_hypothesis(channel: str) -> bool:
 # -- raw channel ------------------------------------------------------------------------------------
 
 def search_raw(retriever: Retriever, collection: str, text: str, depth: int, questions: bool, *,
-               encoding: EncodedQueries, started: float, weights: Sequence[float] = ()) -> RawChannel:
+               encoding: EncodedQueries, started: float, weights: Sequence[float] = (),
+               follow_up: FollowUp | None = None, name_field: str | None = None) -> RawChannel:
     """Search with the query's ``encoding`` (and the write-time questions, when on). Blocking. ``started``:
     when the search began, before the encoding (the channel's time counts from it). With ``weights`` (one per
     encoded text: a follow-up alone and with the conversation), their searches are fused
-    (:func:`~hyde_tutor.hyde.conversation.fuse_rankings`)."""
+    (:func:`~hyde_tutor.hyde.conversation.fuse_rankings`); a ``follow_up``'s three are also ordered by the learned
+    ranker (``RawChannel.ranked``; ``name_field``: the payload field of an entry's notation)."""
     with logfire.span("hyde.raw_channel", questions=questions):
         n = max(1, len(weights))
         found = retriever.store.search_batch(collection, [retriever.request(encoding, i, depth, collection=collection)
                                                           for i in range(n)])
         hits = found[0] if n == 1 else fuse_hits(found, weights)[:depth]
+        ranked = rank_follow_up(found, hits, follow_up, name_field)[:depth] if follow_up and n == 3 else None
         channels, notes = {RAW: hits}, ()
         if questions:
             try:
@@ -121,7 +136,7 @@ def search_raw(retriever: Retriever, collection: str, text: str, depth: int, que
             except Exception as exc:  # noqa: BLE001 - deleted or rebuilt under us: drop the channel, keep the hits
                 notes = (f"questions channel dropped: {questions_collection(collection)!r} failed "
                          f"({type(exc).__name__}: {exc})"[:300],)
-    return RawChannel(channels, encoding, (time.perf_counter() - started) * 1000, notes)
+    return RawChannel(channels, encoding, (time.perf_counter() - started) * 1000, notes, ranked)
 
 
 def fuse_hits(rankings: Sequence[Sequence[Hit]], weights: Sequence[float]) -> list[Hit]:
@@ -131,6 +146,16 @@ def fuse_hits(rankings: Sequence[Sequence[Hit]], weights: Sequence[float]) -> li
     payloads = {h.doc_id: h.payload for hits in rankings for h in hits}
     fused = fuse_rankings([[h.doc_id for h in hits] for hits in rankings], weights)
     return [Hit(doc_id, score, payloads[doc_id]) for doc_id, score in fused]
+
+
+def rank_follow_up(searches: Sequence[Sequence[Hit]], fused: Sequence[Hit], follow_up: FollowUp,
+                   name_field: str | None) -> list[Hit]:
+    """A follow-up's three searches in the learned ranker's order (its score replaces the fused one)."""
+    from .conversation_rank import rank_hits
+
+    payloads = {h.doc_id: h.payload for hits in (*searches, fused) for h in hits}
+    return [Hit(doc_id, score, payloads[doc_id])
+            for doc_id, score in rank_hits(follow_up, searches, [h.doc_id for h in fused], name_field)]
 
 
 def search_questions(retriever: Retriever, collection: str, enc: EncodedQueries, depth: int) -> list[Hit]:
