@@ -62,7 +62,8 @@ def examples(rows: list[dict[str, Any]], notations: dict[str, str]) -> list[dict
         fused = [d for d, _ in fuse_rankings([[d for d, _ in s] for s in searches], [1.0, 1.0, 1.0])]
         follow_up = FollowUp.from_history(histories[(row["set"], row["id"])], row["texts"]["msg"])
         candidates, x = feature_matrix(follow_up, searches, fused, notations)
-        out.append({"row": row, "candidates": candidates, "x": x, "fused": fused,
+        out.append({"row": row, "candidates": candidates, "x": x, "fused": fused, "follow_up": follow_up,
+                    "searches": searches, "notations": notations,
                     "y": np.array([float(d in row["qrels"]) for d in candidates])})
     return out
 
@@ -88,12 +89,14 @@ def group(row: dict[str, Any]) -> str:
 
 
 def recall(examples_: list[dict[str, Any]], w: np.ndarray | None) -> tuple[float, float, int]:
-    """Follow-ups' recall@1 / @5 with weights ``w`` (None: the RRF fusion as it was)."""
+    """Follow-ups' recall@1 / @5 as the ranker with weights ``w`` serves them (None: the RRF fusion as it was)."""
     r1, r5 = [], []
+    ranker = None if w is None else ConversationRanker(tuple(float(v) for v in w))
     for e in examples_:
         if e["row"]["kind"] != "followup":
             continue
-        ids = e["fused"] if w is None else [e["candidates"][i] for i in np.argsort(-(e["x"] @ w), kind="stable")]
+        ids = e["fused"] if ranker is None else [d for d, _ in ranker.rank(e["follow_up"], e["searches"], e["fused"],
+                                                                          e["notations"])]
         r1.append(recall_at_k(ids, e["row"]["qrels"], 1))
         r5.append(recall_at_k(ids, e["row"]["qrels"], 5))
     return (float(np.mean(r1)) if r1 else 0.0, float(np.mean(r5)) if r5 else 0.0, len(r1))
