@@ -126,8 +126,8 @@ def test_hypotheses_fuse_with_the_rrf_ranking_and_the_learned_order_stands_alone
     r = grammar.retriever
     encoding = r.encode([q for q, _ in queries], "grammar")
     raw = stages.search_raw(r, "grammar", text, 30, False, encoding=encoding, started=time.perf_counter(),
-                            weights=[w for _, w in queries], follow_up=FollowUp.from_history(history, text),
-                            name_field="pattern")
+                            conversation=stages.ConversationSearches(
+                                tuple(w for _, w in queries), FollowUp.from_history(history, text), "pattern"))
     searches = r.store.search_batch("grammar", [r.request(encoding, i, 30, collection="grammar") for i in range(3)])
     rrf = [d for d, _ in fuse_rankings([[h.doc_id for h in hits] for hits in searches], [1.0, 1.0, 1.0])]
     assert [h.doc_id for h in raw.channels[stages.RAW]] == rrf[:30]  # what the hypotheses fuse with

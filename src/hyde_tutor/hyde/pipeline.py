@@ -251,8 +251,9 @@ class HydeRetriever:
         encoding = await self.retriever.aencode(texts, plan.collection)
         raw = await asyncio.to_thread(stages.search_raw, self.retriever, plan.collection, plan.search_text,
                                       plan.depth, plan.has_questions, encoding=encoding, started=started,
-                                      weights=tuple(w for _, w in plan.queries), follow_up=plan.follow_up,
-                                      name_field=DOMAINS[plan.domain].name_field)
+                                      conversation=stages.ConversationSearches(
+                                          tuple(w for _, w in plan.queries), plan.follow_up,
+                                          DOMAINS[plan.domain].name_field))
         if raw.notes:  # the questions collection failed: asked again only after the probe's recheck time
             self.questions_probe.lost(plan.collection)
         return raw

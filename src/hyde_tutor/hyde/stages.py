@@ -115,20 +115,33 @@ def is_hypothesis(channel: str) -> bool:
 
 # -- raw channel ------------------------------------------------------------------------------------
 
+@dataclass(frozen=True, slots=True)
+class ConversationSearches:
+    """A message searched with its conversation: one RRF weight per encoded text (the message alone first), and
+    for a follow-up of three searches what the learned ranker reads (``name_field``: the payload field of an
+    entry's notation)."""
+
+    weights: tuple[float, ...]
+    follow_up: FollowUp | None = None
+    name_field: str | None = None
+
+
 def search_raw(retriever: Retriever, collection: str, text: str, depth: int, questions: bool, *,
-               encoding: EncodedQueries, started: float, weights: Sequence[float] = (),
-               follow_up: FollowUp | None = None, name_field: str | None = None) -> RawChannel:
+               encoding: EncodedQueries, started: float, conversation: ConversationSearches | None = None) -> RawChannel:
     """Search with the query's ``encoding`` (and the write-time questions, when on). Blocking. ``started``:
-    when the search began, before the encoding (the channel's time counts from it). With ``weights`` (one per
-    encoded text: a follow-up alone and with the conversation), their searches are fused
-    (:func:`~hyde_tutor.hyde.conversation.fuse_rankings`); a ``follow_up``'s three are also ordered by the learned
-    ranker (``RawChannel.ranked``; ``name_field``: the payload field of an entry's notation)."""
+    when the search began, before the encoding (the channel's time counts from it). With a ``conversation`` of
+    several searches (a follow-up alone and with the conversation) they are fused
+    (:func:`~hyde_tutor.hyde.conversation.fuse_rankings`); a follow-up's three are also ordered by the learned
+    ranker (``RawChannel.ranked``)."""
+    weights = conversation.weights if conversation is not None else ()
+    follow_up = conversation.follow_up if conversation is not None else None
     with logfire.span("hyde.raw_channel", questions=questions):
         n = max(1, len(weights))
         found = retriever.store.search_batch(collection, [retriever.request(encoding, i, depth, collection=collection)
                                                           for i in range(n)])
         hits = found[0] if n == 1 else fuse_hits(found, weights)[:depth]
-        ranked = rank_follow_up(found, hits, follow_up, name_field)[:depth] if follow_up and n == 3 else None
+        ranked = (rank_follow_up(found, hits, follow_up, conversation.name_field)[:depth]
+                  if conversation is not None and follow_up is not None and n == 3 else None)
         channels, notes = {RAW: hits}, ()
         if questions:
             try:
