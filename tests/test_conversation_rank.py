@@ -140,3 +140,18 @@ def test_the_messages_own_top_entry_stays_within_the_first_two_of_the_learned_or
     searches = [[("own", 1.0)], [("a", 1.0), ("b", 0.9), ("c", 0.8)], [("a", 1.0)]]
     ranked = only_the_reply.rank(FollowUp("А так?", "", ""), searches, ["a", "b", "own", "c"], {})
     assert [d for d, _ in ranked] == ["a", "own", "b", "c"]
+
+
+def test_a_failing_ranker_leaves_the_rrf_ranking_and_the_search_goes_on(
+        grammar: HydeRetriever, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from hyde_tutor.hyde import named
+
+    def broken(names: object, notation: str) -> tuple[int, ...]:
+        raise RuntimeError("kiwi failed")
+
+    history = (("user", "Как сказать, что я решил бросить курить?"),
+               ("assistant", "Принятое решение выражается через -기로 하다: 담배를 끊기로 했어요."))
+    text = "А если я ещё не решил окончательно, только подумываю?"
+    monkeypatch.setattr(named, "name_strength", broken)  # the reply's notation is read with it
+    assert _top(grammar, text, history) == _top(grammar, text, history, conversation="reply") != "g-b11"
+    assert "the follow-up ranker failed; the RRF ranking stands" in caplog.text

@@ -10,6 +10,7 @@ channel's encoding is reused by the hypothesis channels (the legs HyDE does not 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from ..retrieval.sparse import SparseVec
 from ..retrieval.store import Hit, questions_collection
 from .policy import AGREEMENT_DEPTH, FusionMode, HydeLegs, HydePolicy
 from .result import QUESTIONS, RAW, RetrievedDoc
+
+_log = logging.getLogger("hyde_tutor")
 
 if TYPE_CHECKING:
     from .conversation_rank import FollowUp
@@ -140,7 +143,7 @@ def search_raw(retriever: Retriever, collection: str, text: str, depth: int, que
         found = retriever.store.search_batch(collection, [retriever.request(encoding, i, depth, collection=collection)
                                                           for i in range(n)])
         hits = found[0] if n == 1 else fuse_hits(found, weights)[:depth]
-        ranked = (rank_follow_up(found, hits, follow_up, conversation.name_field)[:depth]
+        ranked = (rank_follow_up(found, hits, follow_up, conversation.name_field, depth)
                   if conversation is not None and follow_up is not None and n == 3 else None)
         channels, notes = {RAW: hits}, ()
         if questions:
@@ -162,13 +165,18 @@ def fuse_hits(rankings: Sequence[Sequence[Hit]], weights: Sequence[float]) -> li
 
 
 def rank_follow_up(searches: Sequence[Sequence[Hit]], fused: Sequence[Hit], follow_up: FollowUp,
-                   name_field: str | None) -> list[Hit]:
-    """A follow-up's three searches in the learned ranker's order (its score replaces the fused one)."""
+                   name_field: str | None, depth: int) -> list[Hit] | None:
+    """A follow-up's three searches in the learned ranker's order, the first ``depth`` (its score replaces the
+    fused one); None when the ranker fails (e.g. the Korean analyser): the RRF ranking stands, the search goes on."""
     from .conversation_rank import rank_hits
 
+    try:
+        ranked = rank_hits(follow_up, searches, [h.doc_id for h in fused], name_field)
+    except Exception:  # noqa: BLE001 - the fused ranking is in hand: a ranker failure never fails the search
+        _log.warning("hyde-tutor: the follow-up ranker failed; the RRF ranking stands", exc_info=True)
+        return None
     payloads = {h.doc_id: h.payload for hits in (*searches, fused) for h in hits}
-    return [Hit(doc_id, score, payloads[doc_id])
-            for doc_id, score in rank_hits(follow_up, searches, [h.doc_id for h in fused], name_field)]
+    return [Hit(doc_id, score, payloads[doc_id]) for doc_id, score in ranked[:depth]]
 
 
 def search_questions(retriever: Retriever, collection: str, enc: EncodedQueries, depth: int) -> list[Hit]:
