@@ -56,7 +56,9 @@ def test_the_ranking_follows_the_weights_and_keeps_the_rest_of_the_fusion() -> N
     assert [d for d, _ in only_the_message.rank(follow_up, searches, ["b", "a", "z"], {})] == ["a", "b", "z"]
     only_the_reply = ConversationRanker(tuple(1.0 if f == "reply_rr" else 0.0 for f in FEATURES))
     ranked = only_the_reply.rank(follow_up, searches, ["b", "a", "z"], {})
-    assert [d for d, _ in ranked] == ["b", "a", "z"] and ranked[-1][1] == float("-inf")
+    assert [d for d, _ in ranked] == ["b", "a", "z"] and ranked[-1][1] == 0.0
+    scores = [score for _, score in ranked]  # probabilities: positive, non-increasing, the tail at 0
+    assert scores[0] > scores[1] > 0 and abs(sum(scores) - 1.0) < 1e-9
 
 
 def test_weights_for_other_features_or_of_another_length_are_refused(tmp_path: Path) -> None:
@@ -66,6 +68,9 @@ def test_weights_for_other_features_or_of_another_length_are_refused(tmp_path: P
         ConversationRanker((0.0,) * 3)
     with pytest.raises(ValueError, match="finite"):
         ConversationRanker((float("nan"),) * len(FEATURES))
+    (tmp_path / "other.json").write_text(json.dumps({"weights": [0.5]}))
+    with pytest.raises(ValueError, match="not a ranker file"):
+        ConversationRanker.load(tmp_path / "other.json")
     path = tmp_path / "ranker.json"
     path.write_text(json.dumps({"features": list(FEATURES), "weights": [0.5] * len(FEATURES), "trained_on": "x"}))
     assert ConversationRanker.load(path) == ConversationRanker((0.5,) * len(FEATURES), FEATURES, "x")
@@ -140,6 +145,47 @@ def test_the_messages_own_top_entry_stays_within_the_first_two_of_the_learned_or
     searches = [[("own", 1.0)], [("a", 1.0), ("b", 0.9), ("c", 0.8)], [("a", 1.0)]]
     ranked = only_the_reply.rank(FollowUp("А так?", "", ""), searches, ["a", "b", "own", "c"], {})
     assert [d for d, _ in ranked] == ["a", "own", "b", "c"]
+    scores = [score for _, score in ranked]
+    assert scores == sorted(scores, reverse=True) and scores[1] == scores[2]  # moved up: the score it passed
+
+
+def test_a_title_serves_as_the_notation_where_the_payload_has_no_pattern() -> None:
+    from hyde_tutor.hyde.conversation_rank import rank_hits
+    from hyde_tutor.retrieval.store import Hit
+
+    taught = ConversationRanker(tuple(1.0 if f == "taught" else 0.0 for f in FEATURES))
+    searches = [[Hit("g-c03", 1.0, {"title": "-았/었- — прошедшее время"})],
+                [Hit("g-c03", 1.0, {"title": "-았/었- — прошедшее время"}), Hit("g-b01", 0.9, {"title": "-고 싶다 — желание"})],
+                [Hit("g-b01", 1.0, {"title": "-고 싶다 — желание"})]]
+    ranked = rank_hits(FollowUp.from_history(WISH, "А так?"), searches, ["g-c03", "g-b01"], "pattern", taught)
+    assert ranked is not None and ranked[0][0] == "g-b01"  # the reply names -고 싶다: read from the title
+
+
+def test_a_missing_weights_file_turns_the_ranker_off_once_with_a_warning(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from hyde_tutor.hyde import conversation_rank
+
+    monkeypatch.setattr(conversation_rank, "_PATH", tmp_path / "gone.json")
+    default_ranker.cache_clear()
+    try:
+        assert default_ranker() is None and default_ranker() is None
+        assert caplog.text.count("the follow-up ranker is off") == 1
+        assert conversation_rank.rank_hits(FollowUp("А так?", "", ""), [[], [], []], [], "pattern") is None
+    finally:
+        default_ranker.cache_clear()
+
+
+def test_the_margin_is_unknown_when_the_learned_order_heads_another_entry() -> None:
+    from hyde_tutor.hyde import stages
+    from hyde_tutor.retrieval.store import Hit
+
+    rrf = [Hit("a", 1.0), Hit("b", 0.5)]
+    plain = stages.RawChannel({stages.RAW: rrf}, None, 0.0)  # type: ignore[arg-type]
+    assert plain.margin == 0.5
+    same = stages.RawChannel({stages.RAW: rrf}, None, 0.0, ranked=[Hit("a", 0.7), Hit("b", 0.3)])  # type: ignore[arg-type]
+    assert same.margin == 0.5
+    other = stages.RawChannel({stages.RAW: rrf}, None, 0.0, ranked=[Hit("b", 0.7), Hit("a", 0.3)])  # type: ignore[arg-type]
+    assert other.margin is None and other.alone[stages.RAW][0].doc_id == "b"
 
 
 def test_a_failing_ranker_leaves_the_rrf_ranking_and_the_search_goes_on(
@@ -155,3 +201,28 @@ def test_a_failing_ranker_leaves_the_rrf_ranking_and_the_search_goes_on(
     monkeypatch.setattr(named, "name_strength", broken)  # the reply's notation is read with it
     assert _top(grammar, text, history) == _top(grammar, text, history, conversation="reply") != "g-b11"
     assert "the follow-up ranker failed; the RRF ranking stands" in caplog.text
+
+
+def test_a_ranked_follow_up_keeps_its_results_under_a_relative_threshold(grammar: HydeRetriever) -> None:
+    hr = HydeRetriever(grammar.retriever, lambda d: None, HydeSettings(enabled=False, threshold_start=0.5))  # type: ignore[arg-type,return-value]
+    history = (("user", "Как сказать, что я решил бросить курить?"),
+               ("assistant", "Принятое решение выражается через -기로 하다: 담배를 끊기로 했어요."))
+    result = asyncio.run(hr.search("grammar", "А если я ещё не решил окончательно, только подумываю?",
+                                   history=history, use_hyde=False, top_k=30))
+    assert result.results and result.results[0].id == "g-b11"
+    assert all(0 <= d.score <= 1 for d in result.results)  # probabilities (the tail at 0), not raw sums or -inf
+
+
+def test_the_eval_arm_ranks_a_follow_up_as_the_pipeline_does(grammar: HydeRetriever) -> None:
+    from types import SimpleNamespace
+
+    from hyde_tutor.evaluation.arms import ConversationArm
+
+    history = (("user", "Как сказать, что я решил бросить курить?"),
+               ("assistant", "Принятое решение выражается через -기로 하다: 담배를 끊기로 했어요."))
+    item = SimpleNamespace(text="А если я ещё не решил окончательно, только подумываю?", history=history)
+    ranked = ConversationArm(grammar.retriever, "grammar", 5, "auto", name_field="pattern")([item])[0]
+    rrf = ConversationArm(grammar.retriever, "grammar", 5, "auto")([item])[0]
+    assert ranked[0] == "g-b11" != rrf[0]
+    assert ranked == [d.id for d in asyncio.run(grammar.search("grammar", item.text, history=history, use_hyde=False,
+                                                                top_k=5)).results]

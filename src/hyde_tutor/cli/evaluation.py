@@ -47,6 +47,7 @@ def evaluate(
     from ..evaluation.arms import (ARM_NAMES, CONTEXT_ARMS, CONVERSATION_ARMS, HYDE_ARMS, CondensedArm, ContextArm,
                                    ConversationArm, HydeArm, RAW_ARMS, raw_arm)
     from ..evaluation.beir import evaluate_arms, report_json, report_table
+    from ..hyde.domains import DOMAINS
     check_fusion(fusion)
     names = [a.strip() for a in arms.split(",") if a.strip()]
     unknown = [a for a in names if a not in ARM_NAMES]
@@ -69,7 +70,8 @@ def evaluate(
                 elif a in CONTEXT_ARMS:
                     runs[a] = ContextArm(hr.retriever, collection, k)
                 elif a in CONVERSATION_ARMS:
-                    runs[a] = ConversationArm(hr.retriever, collection, k, CONVERSATION_ARMS[a])
+                    runs[a] = ConversationArm(hr.retriever, collection, k, CONVERSATION_ARMS[a],
+                                              name_field=DOMAINS[hr.domain_of(collection)].name_field)
                 else:
                     runs[a] = hyde_arms[a] = stack.enter_context(
                         HydeArm(hr, collection, k, HYDE_ARMS[a], hypotheses, fusion))  # type: ignore[arg-type]

@@ -11,8 +11,7 @@ from typing import Any, Self, TypeVar
 
 from ..hyde import FusionMode, HydeRetriever
 from ..hyde.conversation import Condenser, ConversationMode, context_query, conversation_queries, fuse_rankings
-from ..hyde.conversation_rank import FollowUp, rank_hits
-from ..hyde.domains import DOMAINS
+from ..hyde.conversation_rank import SEARCH_DEPTH, FollowUp, rank_hits
 from ..hyde.request import SearchRequest
 from ..retrieval.retriever import Retriever, SearchMode
 
@@ -124,23 +123,26 @@ class ConversationArm(ContextArm):
     """Plain hybrid search of each query as the pipeline's raw channel searches it in ``mode``
     (:func:`~hyde_tutor.hyde.conversation.conversation_queries`, fused by ``fuse_rankings``)."""
 
-    def __init__(self, r: Retriever, collection: str, k: int, mode: ConversationMode) -> None:
+    def __init__(self, r: Retriever, collection: str, k: int, mode: ConversationMode, *,
+                 name_field: str | None = None) -> None:
         super().__init__(r, collection, k)
         self.mode = mode
+        self.name_field = name_field
+        """The payload field of an entry's notation (the domain's, e.g. grammar's ``pattern``): with it, a follow-up
+        in mode ``auto`` is ordered by the learned ranker, as the pipeline orders it; None: RRF alone."""
 
     def __call__(self, items: Sequence[Any]) -> list[list[str]]:
         plans = [conversation_queries(h, t, self.mode, self.r.settings.max_query_chars)
                  for t, h in map(_text_and_history, items)]
         texts = [q for plan in plans for q, _ in plan]
-        hits = iter(self.r.search_many(self.collection, texts, max(self.k, 30)))
+        hits = iter(self.r.search_many(self.collection, texts, max(self.k, SEARCH_DEPTH)))
         out = []
         for plan, (text, history) in zip(plans, map(_text_and_history, items), strict=True):
             found = [next(hits) for _ in plan]
             fused = [doc_id for doc_id, _ in fuse_rankings([[h.doc_id for h in f] for f in found], [w for _, w in plan])]
-            field = DOMAINS["grammar"].name_field
-            if self.mode == "auto" and len(plan) == 3 and any(field in h.payload for f in found for h in f):
-                # a grammar collection: the pipeline's learned ranking of a follow-up (conversation_rank.py)
-                fused = [doc_id for doc_id, _ in rank_hits(FollowUp.from_history(history, text), found, fused, field)]
+            if self.mode == "auto" and len(plan) == 3 and self.name_field:  # the pipeline's order (conversation_rank)
+                ranked = rank_hits(FollowUp.from_history(history, text), found, fused, self.name_field)
+                fused = fused if ranked is None else [doc_id for doc_id, _ in ranked]
             out.append(fused[: self.k])
         return out
 

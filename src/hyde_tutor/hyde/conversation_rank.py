@@ -10,7 +10,7 @@ the tutor just taught. A conditional-logit model over a few features of each can
 * where the RRF fusion put it (the fusion is the model's strongest input, so the model starts from it);
 * whether the tutor's reply names it (its notation, read as the named lead reads a hypothesis);
 * for the message's own top entry: how many new content words the message has, whether it has Korean or a quoted
-  phrase, how far its top leads its second, whether the reply's searches also put it in their top 5.
+  phrase, how far its top leads its second, whether the search after the reply leaves it out of its top 5.
 
 The weights are learned by ``scripts/train_conversation_ranker.py`` on the dev pool (the tuning half of the
 conversation sets and the outside sets fresh…fresh11), never on the held-out half or a set reported as unseen;
@@ -22,18 +22,20 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from ..retrieval.store import Hit
 from .conversation import MESSAGE_TOP_WITHIN, REPLY_CHARS, content_words, opens_like_followup
 
-__all__ = ["FEATURES", "ConversationRanker", "FollowUp", "default_ranker", "feature_matrix", "rank_hits", "taught_entries"]
+__all__ = ["FEATURES", "ConversationRanker", "FollowUp", "default_ranker", "feature_matrix", "rank_hits", "ranked_depth",
+           "taught_entries"]
 
 FEATURES: tuple[str, ...] = (
     "msg_rr", "msg_score", "reply_rr", "reply_score", "exchange_rr", "exchange_score", "fused_top", "fused_rr",
@@ -46,6 +48,10 @@ words, capped at 6, over 6; ``msg_top_x_*``: only for the message's own top entr
 
 DEPTH = 10
 """Candidates: the union of each search's top ``DEPTH``."""
+SEARCH_DEPTH = 30
+"""How deep each of the three searches reads (as in training, ``scripts/conversation_split.py``): a candidate's rank
+and score in another search count down to here."""
+_log = logging.getLogger("hyde_tutor")
 
 _NAME = re.compile(r"(?<![가-힣])-[\s(]*[가-힣ㄱ-ㅎ][가-힣ㄱ-ㅎ()/ ]*")
 _KOREAN = re.compile(r"[가-힣]")
@@ -150,37 +156,62 @@ class ConversationRanker:
     def load(cls, path: str | Path) -> ConversationRanker:
         """The ranker a training run wrote (``{"features": [...], "weights": [...], "trained_on": "..."}``)."""
         data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or not {"features", "weights"} <= data.keys():
+            raise ValueError(f"{path} is not a ranker file (it needs \"features\" and \"weights\"); write one with "
+                             "scripts/train_conversation_ranker.py")
         return cls(tuple(float(w) for w in data["weights"]), tuple(data["features"]), str(data.get("trained_on", "")))
 
     def rank(self, follow_up: FollowUp, searches: Sequence[Ranking], fused: Sequence[str],
              notations: Mapping[str, str]) -> list[tuple[str, float]]:
-        """The candidates of ``searches`` as one ranking of ``(doc id, model score)``, best first, the message's
-        own top entry kept within :data:`~hyde_tutor.hyde.conversation.MESSAGE_TOP_WITHIN` (as in the RRF fusion:
-        «А в прошедшем времени?» shows -았/었- beside the entry taught); the fused ranking's entries beyond the
-        candidates follow in their order (score ``-inf``)."""
+        """The candidates of ``searches`` as one ranking of ``(doc id, probability)``, best first (the model's
+        softmax over the candidates: positive, and non-increasing down the ranking, so a relative threshold reads
+        it as it reads a store's scores); the message's own top entry kept within
+        :data:`~hyde_tutor.hyde.conversation.MESSAGE_TOP_WITHIN` (as in the RRF fusion: «А в прошедшем времени?»
+        shows -았/었- beside the entry taught; moved up, it takes the score of the entry it passes); the fused
+        ranking's entries beyond the candidates follow in their order (score 0)."""
         candidates, x = feature_matrix(follow_up, searches, fused, notations)
         if not candidates:
             return []
-        scores = x @ np.asarray(self.weights)
-        order = np.argsort(-scores, kind="stable")
-        ranked = [(candidates[i], float(scores[i])) for i in order]
+        logits = x @ np.asarray(self.weights)
+        probabilities = np.exp(logits - logits.max())
+        probabilities /= probabilities.sum()
+        order = np.argsort(-logits, kind="stable")
+        ranked = [(candidates[i], float(probabilities[i])) for i in order]
         own = [i for i, (d, _) in enumerate(ranked) if searches[0] and d == searches[0][0][0]]
         if own and own[0] >= MESSAGE_TOP_WITHIN:
-            ranked.insert(MESSAGE_TOP_WITHIN - 1, ranked.pop(own[0]))
+            doc_id, _ = ranked.pop(own[0])
+            ranked.insert(MESSAGE_TOP_WITHIN - 1, (doc_id, ranked[MESSAGE_TOP_WITHIN - 1][1]))
         seen = set(candidates)
-        return ranked + [(d, float("-inf")) for d in fused if d not in seen]
+        return ranked + [(d, 0.0) for d in fused if d not in seen]
 
 
-def rank_hits(follow_up: FollowUp, searches: Sequence[Sequence[Any]], fused: Sequence[str],
-              name_field: str | None, ranker: ConversationRanker | None = None) -> list[tuple[str, float]]:
-    """:meth:`ConversationRanker.rank` of the store's hits (``doc_id``, ``score``, ``payload``; an entry's notation
-    is its payload's ``name_field``), by ``ranker`` or the :func:`default_ranker`."""
-    notations = {h.doc_id: str(h.payload.get(name_field) or "") for hits in searches for h in hits} if name_field else {}
-    return (ranker or default_ranker()).rank(follow_up, [[(h.doc_id, float(h.score)) for h in hits] for hits in searches],
-                                             fused, notations)
+def rank_hits(follow_up: FollowUp, searches: Sequence[Sequence[Hit]], fused: Sequence[str],
+              name_field: str | None, ranker: ConversationRanker | None = None) -> list[tuple[str, float]] | None:
+    """:meth:`ConversationRanker.rank` of the store's hits (an entry's notation: its payload's ``name_field``, else
+    a BEIR export's title, as the named lead reads it), by ``ranker`` or the :func:`default_ranker`; None when
+    there is no ranker to use (the shipped file could not be read)."""
+    from .named import notation_of
+
+    ranker = ranker or default_ranker()
+    if ranker is None:
+        return None
+    notations = ({h.doc_id: notation_of(h.payload, name_field) or "" for hits in searches for h in hits}
+                 if name_field else {})
+    return ranker.rank(follow_up, [[(h.doc_id, float(h.score)) for h in hits] for hits in searches], fused, notations)
 
 
 @functools.cache
-def default_ranker() -> ConversationRanker:
-    """The ranker shipped with the package (``conversation_ranker.json``)."""
-    return ConversationRanker.load(_PATH)
+def default_ranker() -> ConversationRanker | None:
+    """The ranker shipped with the package (``conversation_ranker.json``); None (logged once) when that file is
+    missing or refused: follow-ups then keep the RRF fusion."""
+    try:
+        return ConversationRanker.load(_PATH)
+    except (OSError, ValueError) as exc:
+        _log.warning("hyde-tutor: the follow-up ranker is off (%s); follow-ups keep the RRF fusion", exc)
+        return None
+
+
+def ranked_depth(follow_up: FollowUp | None, depth: int) -> int:
+    """How deep a search reads: at least :data:`SEARCH_DEPTH` when its follow-up is ranked (the ranker's features
+    were learned at that depth), else ``depth``."""
+    return max(depth, SEARCH_DEPTH) if follow_up is not None else depth

@@ -19,7 +19,7 @@ from .domains import DomainProfile
 from .result import RetrievedDoc
 from .stages import keep_on_top
 
-__all__ = ["NO_NAME", "kept_texts", "lead_named", "named_construction", "name_strength"]
+__all__ = ["NO_NAME", "kept_texts", "lead_named", "named_construction", "name_strength", "notation_of"]
 
 _log = logging.getLogger("hyde_tutor.hyde")
 _NEXT_HEADER = re.compile(r"\s+(?:[*_]+\s*)?[А-ЯЁA-Z][а-яёa-z]+(?:\s[а-яёa-z]+)?\s*:")
@@ -40,7 +40,7 @@ def named_construction(text: str, header: str) -> str | None:
     return name or None
 
 
-def _notation(payload: Mapping[str, Any] | None, field: str) -> str | None:
+def notation_of(payload: Mapping[str, Any] | None, field: str) -> str | None:
     """An entry's notation: the payload's ``field``, else a BEIR export's title («-고 싶다 — желание …»)."""
     if not payload:
         return None
@@ -93,7 +93,7 @@ def lead_named(fused: Sequence[RetrievedDoc], texts: Sequence[str], profile: Dom
         names = [n for n in (named_construction(t, profile.name_header) for t in texts) if n]
         best, first = NO_NAME, None
         for doc in fused[:depth] if names else ():
-            notation = _notation(doc.payload, profile.name_field)
+            notation = notation_of(doc.payload, profile.name_field)
             strength = name_strength(names, notation) if notation else NO_NAME
             if strength > best:
                 best, first = strength, doc

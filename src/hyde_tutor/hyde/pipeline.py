@@ -25,7 +25,7 @@ from .request import SearchRequest
 from .requests import render_recording
 from .plan import Hypotheses, Plan, Ranked, agent_usage, result_errors
 from .conversation import DEFAULT_CONVERSATION_MODE, conversation_queries
-from .conversation_rank import FollowUp
+from .conversation_rank import FollowUp, ranked_depth
 from .cache import make_cache
 from ..telemetry import logfire
 from ..corpus.rendering import payload_text
@@ -213,8 +213,9 @@ class HydeRetriever:
                                        self.retriever.settings.max_query_chars)
         search_text = queries[0][0]
         ranked = DOMAINS[domain].name_field is not None and (request.conversation or DEFAULT_CONVERSATION_MODE) == "auto"
-        return Plan(follow_up=FollowUp.from_history(history, text) if ranked and len(queries) == 3 else None,
-                    request=request, text=text, search_text=search_text, top_k=top_k, depth=depth,
+        follow_up = FollowUp.from_history(history, text) if ranked and len(queries) == 3 else None
+        return Plan(follow_up=follow_up, request=request, text=text, search_text=search_text, top_k=top_k,
+                    depth=ranked_depth(follow_up, depth),
                     queries=queries if len(queries) > 1 else (),
                     candidates=candidates, fusion=fusion,
                     use_hyde=policy.enabled if request.use_hyde is None else bool(request.use_hyde),
@@ -240,7 +241,7 @@ class HydeRetriever:
             timings=StageTimings(raw.ms, gen.seconds * 1000, ranked.embed_ms, ranked.search_ms, rerank_ms,
                                  (time.perf_counter() - started) * 1000),
             fusion=plan.fusion, used_questions=stages.QUESTIONS in raw.channels, skipped=hypotheses.skipped,
-            raw_margin=stages.top_margin(raw.channels[RAW]),
+            raw_margin=raw.margin,
         )
 
     async def _search_raw(self, plan: Plan) -> stages.RawChannel:
@@ -269,7 +270,7 @@ class HydeRetriever:
             return Hypotheses(GenerationResult(hypotheses=[agent], usage=agent_usage(agent)), notes=notes)
         if agent is None and plan.cascade_margin > 0:
             raw = await raw_task  # the cascade reads the raw ranking first (one encode + one search, ~10 ms)
-            margin = stages.top_margin(raw.channels[RAW])
+            margin = raw.margin
             if margin is not None and margin >= plan.cascade_margin:
                 return Hypotheses(None, skipped="confident",
                                   notes=(*notes, f"cascade: raw top-1 margin {margin:.3f} >= {plan.cascade_margin}"))

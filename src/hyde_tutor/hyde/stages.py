@@ -60,6 +60,15 @@ class RawChannel:
     RRF fusion the generated path was chosen with (measured: the learned order there lost on the tuning half)."""
 
     @property
+    def margin(self) -> float | None:
+        """How sure the raw ranking is (:func:`top_margin`); None when the learned order heads another entry than
+        RRF: no score says how sure that entry is (the cascade generates, the headline rule reads it as unsure)."""
+        hits = self.channels[RAW]
+        if self.ranked is not None and (not self.ranked or not hits or self.ranked[0].doc_id != hits[0].doc_id):
+            return None
+        return top_margin(hits)
+
+    @property
     def alone(self) -> Channels:
         """The channels as the results stand without hypotheses (``raw`` in the learned order, when there is one)."""
         return self.channels if self.ranked is None else {**self.channels, RAW: self.ranked}
@@ -174,6 +183,8 @@ def rank_follow_up(searches: Sequence[Sequence[Hit]], fused: Sequence[Hit], foll
         ranked = rank_hits(follow_up, searches, [h.doc_id for h in fused], name_field)
     except Exception:  # noqa: BLE001 - the fused ranking is in hand: a ranker failure never fails the search
         _log.warning("hyde-tutor: the follow-up ranker failed; the RRF ranking stands", exc_info=True)
+        return None
+    if ranked is None:
         return None
     payloads = {h.doc_id: h.payload for hits in (*searches, fused) for h in hits}
     return [Hit(doc_id, score, payloads[doc_id]) for doc_id, score in ranked[:depth]]
