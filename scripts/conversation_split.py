@@ -35,7 +35,7 @@ import numpy as np
 from hyde_tutor.evaluation.beir import load_beir
 from hyde_tutor.evaluation.metrics import recall_at_k
 from hyde_tutor.evaluation.splits import half_of
-from hyde_tutor.hyde.conversation import REPLY_CHARS, content_words, context_query, looks_like_followup
+from hyde_tutor.hyde.conversation import REPLY_CHARS, content_words, context_query, last_said, looks_like_followup
 from hyde_tutor.hyde.fusion import protect_head, reciprocal_rank_fusion, weighted_score_fusion
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -51,8 +51,7 @@ def texts_of(history: tuple[tuple[str, str], ...], text: str) -> dict[str, str]:
     out = {"msg": text}
     if not history:
         return out
-    reply = next((" ".join(c.split())[:REPLY_CHARS] for r, c in reversed(history) if r == "assistant"), "")
-    previous = next((" ".join(c.split()) for r, c in reversed(history) if r == "user"), "")
+    reply, previous = last_said(history, "assistant")[:REPLY_CHARS], last_said(history, "user")
     out["ctx"] = context_query(history, text)
     if reply:
         out["rep"] = f"{reply} {text}"[-1000:]

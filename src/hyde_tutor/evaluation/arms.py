@@ -11,7 +11,7 @@ from typing import Any, Self, TypeVar
 
 from ..hyde import FusionMode, HydeRetriever
 from ..hyde.conversation import Condenser, ConversationMode, context_query, conversation_queries, fuse_rankings
-from ..hyde.conversation_rank import SEARCH_DEPTH, FollowUp, rank_hits
+from ..hyde.conversation_rank import SEARCH_DEPTH, follow_up_for, rank_hits
 from ..hyde.request import SearchRequest
 from ..retrieval.retriever import Retriever, SearchMode
 
@@ -140,8 +140,9 @@ class ConversationArm(ContextArm):
         for plan, (text, history) in zip(plans, map(_text_and_history, items), strict=True):
             found = [next(hits) for _ in plan]
             fused = [doc_id for doc_id, _ in fuse_rankings([[h.doc_id for h in f] for f in found], [w for _, w in plan])]
-            if self.mode == "auto" and len(plan) == 3 and self.name_field:  # the pipeline's order (conversation_rank)
-                ranked = rank_hits(FollowUp.from_history(history, text), found, fused, self.name_field)
+            follow_up = follow_up_for(history, text, plan, self.mode, self.name_field)
+            if follow_up is not None:  # the pipeline's order (conversation_rank)
+                ranked = rank_hits(follow_up, found, fused, self.name_field)
                 fused = fused if ranked is None else [doc_id for doc_id, _ in ranked]
             out.append(fused[: self.k])
         return out

@@ -33,6 +33,11 @@ def context_query(history: Sequence[Message], text: str, max_chars: int = 1000) 
     return joined[-max_chars:] if len(joined) > max_chars else joined
 
 
+def last_said(history: Sequence[Message], role: str) -> str:
+    """The last message of ``role`` in ``history``, its whitespace collapsed ("" when there is none)."""
+    return next((" ".join(content.split()) for r, content in reversed(history) if r == role), "")
+
+
 ConversationMode = Literal["message", "context", "fused", "reply", "auto"]
 """How the raw channel searches a message that has a conversation before it: ``message`` alone; ``context``
 (the previous question in front of it); ``fused``: the message alone and with its context, both searched, the
@@ -112,12 +117,12 @@ def conversation_queries(history: Sequence[Message], text: str, mode: Conversati
         return ((text, 1.0),)
     joined = context_query(history, text, max_chars)
     text = text.strip()
-    reply = next((" ".join(c.split())[:REPLY_CHARS] for role, c in reversed(history) if role == "assistant"), "")
+    reply = last_said(history, "assistant")[:REPLY_CHARS]
     if mode == "context" or joined == text and not reply:
         return ((joined, 1.0),)
     if mode == "fused" or not reply:
         return ((text, 1.0), (joined, 1.0)) if joined != text else ((text, 1.0),)
-    previous = next((" ".join(c.split()) for role, c in reversed(history) if role == "user"), "")
+    previous = last_said(history, "user")
     return ((text, 1.0), (f"{reply} {text}"[-max_chars:], 1.0), (f"{previous} {reply} {text}".strip()[-max_chars:], 1.0))
 
 

@@ -32,10 +32,10 @@ from pathlib import Path
 import numpy as np
 
 from ..retrieval.store import Hit
-from .conversation import MESSAGE_TOP_WITHIN, REPLY_CHARS, content_words, opens_like_followup
+from .conversation import MESSAGE_TOP_WITHIN, REPLY_CHARS, content_words, last_said, opens_like_followup
 
-__all__ = ["FEATURES", "ConversationRanker", "FollowUp", "default_ranker", "feature_matrix", "rank_hits", "ranked_depth",
-           "taught_entries"]
+__all__ = ["FEATURES", "ConversationRanker", "FollowUp", "default_ranker", "feature_matrix", "follow_up_for", "rank_hits",
+           "ranked_depth", "taught_entries"]
 
 FEATURES: tuple[str, ...] = (
     "msg_rr", "msg_score", "reply_rr", "reply_score", "exchange_rr", "exchange_score", "fused_top", "fused_rr",
@@ -76,9 +76,7 @@ class FollowUp:
     @classmethod
     def from_history(cls, history: Sequence[tuple[str, str]], message: str) -> FollowUp:
         """The follow-up ``message`` after ``history`` (``(role, content)`` pairs)."""
-        reply = next((" ".join(c.split())[:REPLY_CHARS] for role, c in reversed(history) if role == "assistant"), "")
-        previous = next((" ".join(c.split()) for role, c in reversed(history) if role == "user"), "")
-        return cls(message.strip(), reply, previous)
+        return cls(message.strip(), last_said(history, "assistant")[:REPLY_CHARS], last_said(history, "user"))
 
 
 def taught_entries(reply: str, notations: Mapping[str, str]) -> frozenset[str]:
@@ -209,6 +207,16 @@ def default_ranker() -> ConversationRanker | None:
     except (OSError, ValueError) as exc:
         _log.warning("hyde-tutor: the follow-up ranker is off (%s); follow-ups keep the RRF fusion", exc)
         return None
+
+
+def follow_up_for(history: Sequence[tuple[str, str]], message: str, queries: Sequence[tuple[str, float]],
+                  mode: str, name_field: str | None) -> FollowUp | None:
+    """The follow-up the ranker orders, or None: it applies in mode ``auto`` to a message searched three ways
+    (:func:`~hyde_tutor.hyde.conversation.conversation_queries`), in a domain whose entries have a notation
+    (``name_field``)."""
+    if mode != "auto" or len(queries) != 3 or name_field is None:
+        return None
+    return FollowUp.from_history(history, message)
 
 
 def ranked_depth(follow_up: FollowUp | None, depth: int) -> int:

@@ -25,7 +25,7 @@ from .request import SearchRequest
 from .requests import render_recording
 from .plan import Hypotheses, Plan, Ranked, agent_usage, result_errors
 from .conversation import DEFAULT_CONVERSATION_MODE, conversation_queries
-from .conversation_rank import FollowUp, ranked_depth
+from .conversation_rank import follow_up_for, ranked_depth
 from .cache import make_cache
 from ..telemetry import logfire
 from ..corpus.rendering import payload_text
@@ -209,11 +209,10 @@ class HydeRetriever:
             depth = max(depth, SCORE_FUSION_DEPTH)
         want_questions = self.questions.enabled if request.use_questions is None else bool(request.use_questions)
         history = tuple(request.history)
-        queries = conversation_queries(history, text, request.conversation or DEFAULT_CONVERSATION_MODE,
-                                       self.retriever.settings.max_query_chars)
+        mode = request.conversation or DEFAULT_CONVERSATION_MODE
+        queries = conversation_queries(history, text, mode, self.retriever.settings.max_query_chars)
         search_text = queries[0][0]
-        ranked = DOMAINS[domain].name_field is not None and (request.conversation or DEFAULT_CONVERSATION_MODE) == "auto"
-        follow_up = FollowUp.from_history(history, text) if ranked and len(queries) == 3 else None
+        follow_up = follow_up_for(history, text, queries, mode, DOMAINS[domain].name_field)
         return Plan(follow_up=follow_up, request=request, text=text, search_text=search_text, top_k=top_k,
                     depth=ranked_depth(follow_up, depth),
                     queries=queries if len(queries) > 1 else (),

@@ -145,15 +145,14 @@ def search_raw(retriever: Retriever, collection: str, text: str, depth: int, que
     several searches (a follow-up alone and with the conversation) they are fused
     (:func:`~hyde_tutor.hyde.conversation.fuse_rankings`); a follow-up's three are also ordered by the learned
     ranker (``RawChannel.ranked``)."""
-    weights = conversation.weights if conversation is not None else ()
-    follow_up = conversation.follow_up if conversation is not None else None
+    conversation = conversation or ConversationSearches(())
     with logfire.span("hyde.raw_channel", questions=questions):
-        n = max(1, len(weights))
+        n = max(1, len(conversation.weights))
         found = retriever.store.search_batch(collection, [retriever.request(encoding, i, depth, collection=collection)
                                                           for i in range(n)])
-        hits = found[0] if n == 1 else fuse_hits(found, weights)[:depth]
-        ranked = (rank_follow_up(found, hits, follow_up, conversation.name_field, depth)
-                  if conversation is not None and follow_up is not None and n == 3 else None)
+        hits = found[0] if n == 1 else fuse_hits(found, conversation.weights)[:depth]
+        ranked = (rank_follow_up(found, hits, conversation.follow_up, conversation.name_field, depth)
+                  if conversation.follow_up is not None and n == 3 else None)
         channels, notes = {RAW: hits}, ()
         if questions:
             try:
