@@ -1,6 +1,7 @@
 """The chat page in a real headless Chromium on the embedded model's reply shape (a structured answer, stubbed),
 on a real uvicorn: the reply's words arrive before the model is done and its text is escaped once, a reload
-keeps the conversation, and the rating buttons read without an emoji font."""
+keeps the conversation and each reply's rating bar (with the rating given before), and the rating buttons read
+without an emoji font."""
 
 from __future__ import annotations
 
@@ -85,8 +86,15 @@ def test_a_reload_keeps_the_conversation(structured_server, browser) -> None:
     WebDriverWait(browser, 30).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".msg")) == 2)
     learner, tutor = browser.find_elements(By.CSS_SELECTOR, ".msg")
     assert learner.text == QUESTION and tutor.find_element(By.CLASS_NAME, "reply").text == first
-    _ask(browser, "А ещё пример 가고 싶어요?", 1)  # the conversation goes on in the same chat (restored replies
-    assert len(browser.find_elements(By.CSS_SELECTOR, ".msg.tutor")) == 2  # have no rating bar)
+    tutor.find_element(By.CSS_SELECTOR, ".rate .rate-up").click()  # a restored reply can still be rated
+    WebDriverWait(browser, 30).until(lambda d: "сохранена" in tutor.find_element(By.CLASS_NAME, "rated").text)
+    browser.refresh()  # and the next reload shows that rating
+    WebDriverWait(browser, 30).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".msg .rate")) == 1)
+    up = browser.find_element(By.CSS_SELECTOR, ".msg.tutor .rate-up")
+    assert up.get_attribute("aria-pressed") == "true"
+    _ask(browser, "А ещё пример 가고 싶어요?", 1)  # the conversation goes on in the same chat
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".msg.tutor")) == 2
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".msg.tutor .rate")) == 2
     browser.find_element(By.ID, "new-chat").click()
     browser.refresh()
     WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.ID, "send"))

@@ -64,9 +64,11 @@ def test_a_reloaded_page_gets_the_reply_as_read_and_another_learner_gets_nothing
     parts = stub_parts(tmp_path, _settings(tmp_path), structured=True)
     with TestClient(create_app(parts)) as client:
         _, chunks = ask(client, "Как сказать «хочу»: 가고 싶어요", chat_id="mine")
-        reply = next(c for c in chunks if c["type"] == "data-reply")["data"]["text"]
+        data = next(c for c in chunks if c["type"] == "data-reply")["data"]
+        reply = data["text"]
         shown = client.get("/api/chat/mine/messages").json()["messages"]
-        assert shown == [{"role": "learner", "text": "Как сказать «хочу»: 가고 싶어요"}, {"role": "tutor", "text": reply}]
+        assert shown == [{"role": "learner", "text": "Как сказать «хочу»: 가고 싶어요"},
+                         {"role": "tutor", "text": reply, "turn_id": data["turn_id"]}]  # the reply as read, still rated
         with TestClient(client.app) as other:
             assert other.get("/api/chat/mine/messages").json() == {"messages": []}  # a new learner: nothing
             ask(other, "Другой вопрос 가요", chat_id="mine")  # the other's own chat under the same id
@@ -79,3 +81,27 @@ def test_a_reloaded_page_gets_the_reply_as_read_and_another_learner_gets_nothing
                    and r.scope == parts.tutor.log.turns()[0].subject]
         last = asyncio.run(parts.store.load(mine.conversation_id)).messages[-1]
         assert last.parts[0].content == reply and '"entry"' not in json.dumps(last.parts[0].content)
+
+
+def test_a_reloaded_page_can_still_rate_each_reply_and_sees_its_earlier_rating(tmp_path: Path) -> None:
+    parts = stub_parts(tmp_path, _settings(tmp_path), structured=False)
+    with TestClient(create_app(parts)) as client:
+        turn_ids = []
+        for text in ("Как сказать «хочу»: 가고 싶어요", "А в прошедшем времени 갔어요?", "А вежливее 가세요?"):
+            _, chunks = ask(client, text, chat_id="rated")
+            turn_ids.append(next(c for c in chunks if c["type"] == "data-reply")["data"]["turn_id"])
+        shown = client.get("/api/chat/rated/messages").json()["messages"]
+        replies = [m for m in shown if m["role"] == "tutor"]
+        assert [m.get("turn_id") for m in replies] == turn_ids  # each stored reply names its own turn
+        assert all("rating" not in m for m in replies)
+        rated = client.post("/api/rating", json={"turn_id": replies[1]["turn_id"], "rating": -1, "reason": "не то"})
+        assert rated.status_code == 200
+        again = [m for m in client.get("/api/chat/rated/messages").json()["messages"] if m["role"] == "tutor"]
+        assert [(m.get("rating"), m.get("reason")) for m in again] == [(None, None), (-1, "не то"), (None, None)]
+        by_turn = {t.turn_id: t for t in parts.tutor.log.turns()}
+        assert by_turn[turn_ids[1]].rating == -1 and by_turn[turn_ids[0]].rating is None  # tied to its own turn
+        with TestClient(client.app) as other:  # another learner sees none of it, and cannot rate it
+            assert other.get("/api/chat/rated/messages").json() == {"messages": []}
+            other.get("/")
+            refused = other.post("/api/rating", json={"turn_id": turn_ids[0], "rating": 1})
+            assert refused.status_code == 404

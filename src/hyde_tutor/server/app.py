@@ -33,6 +33,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..config import Settings
+from ..experiment.events import EventLog
 from ..experiment.operations import change_experiment, experiment_status, learner_tag
 from ..tutor.served import ServedTutor
 from ..tutor.timings import TimedConversationStore
@@ -162,14 +163,15 @@ def create_app(parts: ServerParts) -> Starlette:
         loading = time.perf_counter()
         tutor.stages.add("request", loading - started)
         loaded = await store.load(conversation_id, scope=learner)
+        handover = LoadedOnce(store, conversation_id, learner, loaded)
         adapter = VercelAIAdapter(agent=tutor.agent, run_input=turn_in.run_input, accept=request.headers.get("accept"),
-                                  conversation_store=LoadedOnce(store, conversation_id, learner, loaded),
-                                  conversation_scope=learner)
+                                  conversation_store=handover, conversation_scope=learner)
         refused = _refused_regenerate(adapter, loaded.messages if loaded else [])
         if refused:  # the adapter would refuse it: refused here, before it is a turn
             return _error(409, refused)
         turn = await tutor.start_turn(learner, conversation_id, turn_in.question, loaded.messages if loaded else (),
                                       loaded.usage if loaded else None)
+        handover.turn_id = turn.turn_id  # the stored reply names its turn: a reloaded page can still rate it
         tutor.stages.add("load", time.perf_counter() - loading)
 
         async def counted() -> AsyncIterator[Any]:
@@ -197,6 +199,8 @@ def create_app(parts: ServerParts) -> Starlette:
         if learner is None or not bodies.CHAT_ID.fullmatch(chat_id):  # no learner yet: no conversation
             return JSONResponse({"messages": []})
         shown = await shown_messages(store, f"{learner_tag(learner)}-{chat_id}", learner)
+        if any("turn_id" in m for m in shown):
+            await asyncio.to_thread(_with_ratings, log, shown)
         return JSONResponse({"messages": shown})
 
     async def rating(request: Request) -> Response:
@@ -271,6 +275,14 @@ def create_app(parts: ServerParts) -> Starlette:
     ]
     return Starlette(routes=routes, lifespan=lifespan,
                      middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts)])
+
+
+def _with_ratings(log: EventLog, shown: list[dict[str, Any]]) -> None:
+    """Add to each served reply the learner's last rating of its turn (``rating``: 1 or -1, and ``reason``), so a
+    reloaded page shows what was already rated. Only the turn's own learner can rate it (``/api/rating``)."""
+    for message in shown:
+        if "turn_id" in message and (ratings := log.ratings(message["turn_id"])):
+            message["rating"], message["reason"] = ratings[-1].rating, ratings[-1].reason
 
 
 def _store_check(tutor: ServedTutor) -> Callable[[], Any]:

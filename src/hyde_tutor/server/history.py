@@ -21,7 +21,10 @@ from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCall
 
 from ..tutor.timings import ForwardingConversationStore
 
-__all__ = ("LoadedOnce", "keep_as_shown", "shown_messages")
+__all__ = ("TURN_KEY", "LoadedOnce", "keep_as_shown", "shown_messages")
+
+TURN_KEY = "hyde_tutor_turn_id"
+"""The key, in a stored reply's ``metadata``, of the served turn that wrote it: a reloaded page rates that turn."""
 
 _log = logging.getLogger("hyde_tutor.server")
 
@@ -68,8 +71,9 @@ async def _replace_saved_reply(store: ConversationStore, conversation_id: str, s
 
 async def shown_messages(store: ConversationStore, conversation_id: str, scope: str) -> list[dict[str, Any]]:
     """The learner's messages and the tutor's text replies of a stored conversation, oldest first, as
-    ``{"role": "learner"|"tutor", "text": ...}``; empty when the store has no such conversation under
-    ``scope`` (another learner's conversation reads as none)."""
+    ``{"role": "learner"|"tutor", "text": ...}`` (a served reply also carries its ``turn_id``, which the page
+    rates); empty when the store has no such conversation under ``scope`` (another learner's conversation reads
+    as none)."""
     loaded = await store.load(conversation_id, scope=scope)
     out: list[dict[str, Any]] = []
     for message in loaded.messages if loaded is not None else ():
@@ -79,8 +83,18 @@ async def shown_messages(store: ConversationStore, conversation_id: str, scope: 
         elif isinstance(message, ModelResponse) and not any(isinstance(p, ToolCallPart) for p in message.parts):
             text = "".join(p.content for p in message.parts if isinstance(p, TextPart)).strip()
             if text and not text.startswith("{"):  # a structured answer's JSON, if it was not replaced: not shown
-                out.append({"role": "tutor", "text": text})
+                turn_id = (message.metadata or {}).get(TURN_KEY)
+                out.append({"role": "tutor", "text": text, **({"turn_id": turn_id} if isinstance(turn_id, str) else {})})
     return out
+
+
+def _tag_reply(conversation: Conversation, turn_id: str) -> None:
+    """Mark the last new reply of ``conversation`` (not stored yet) as ``turn_id``'s. In place: the messages the
+    store already has are untouched, so the save still appends after them."""
+    new = conversation.messages[conversation.new_message_index or 0:]
+    reply = next((m for m in reversed(new) if isinstance(m, ModelResponse)), None)
+    if reply is not None:
+        reply.metadata = {**(reply.metadata or {}), TURN_KEY: turn_id}
 
 
 class LoadedOnce(ForwardingConversationStore):
@@ -96,8 +110,13 @@ class LoadedOnce(ForwardingConversationStore):
 
     saved_entries: list[ConversationEntry] | None = None
     """What this request's save stored (the adapter saves once, at the run's end): :func:`keep_as_shown` reads it."""
+    turn_id: str | None = None
+    """The served turn of this request: its reply is stored with it (``metadata[TURN_KEY]``), so that a reloaded
+    page can still rate it."""
 
     async def save(self, conversation: Any, *, scope: str | None = None) -> list[ConversationEntry]:
+        if self.turn_id is not None:
+            _tag_reply(getattr(conversation, "conversation", conversation), self.turn_id)
         self.saved_entries = await super().save(conversation, scope=scope)
         return self.saved_entries
 

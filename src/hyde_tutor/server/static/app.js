@@ -73,7 +73,8 @@ function rateButton(cls, label, down) {
   return button;
 }
 
-function ratingBar(turnId) {
+// `given`: the learner's earlier rating of this turn (a reloaded page), { rating: 1 | -1, reason }.
+function ratingBar(turnId, given) {
   const bar = el("div", "rate");
   const up = rateButton("rate-up", "Помогло", false), down = rateButton("rate-down", "Не помогло", true);
   up.type = down.type = "button";
@@ -95,6 +96,12 @@ function ratingBar(turnId) {
       done.textContent = "Оценка не сохранена: " + ((await response.json().catch(() => ({}))).error || response.status);
     }
   }
+  if (given && (given.rating === 1 || given.rating === -1)) {
+    up.setAttribute("aria-pressed", String(given.rating === 1));
+    down.setAttribute("aria-pressed", String(given.rating === -1));
+    reason.value = given.reason || "";
+    done.textContent = "Оценка сохранена";
+  }
   up.addEventListener("click", () => rate(1, up));
   down.addEventListener("click", () => rate(-1, down));
   bar.append(up, down, reason, done);
@@ -111,6 +118,10 @@ async function restore() {
     else {
       const msg = el("div", "msg tutor");
       msg.append(el("div", "reply", plain(m.text)));
+      if (m.turn_id) {  // a served reply can still be rated after a reload
+        msg.dataset.turnId = m.turn_id;
+        msg.append(ratingBar(m.turn_id, m));
+      }
       log.append(msg);
     }
   }
