@@ -14,6 +14,8 @@ scored, never trained on.
 
     HYDE_DATA_DIR=<dir with data/grammar.jsonl ingested> .venv/bin/python scripts/train_conversation_ranker.py \\
         --out src/hyde_tutor/hyde/conversation_ranker.json
+    # another pool (here: the shipped one plus fresh12 and fresh13), scored on the held-out half and fresh14
+    ... scripts/train_conversation_ranker.py --train tune,fresh,...,fresh11,fresh12,fresh13 --report heldout,fresh14
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ TRAIN = ("tune", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fre
          "fresh11")
 """The dev pool: the tuning half and every outside set that had a choice made on it (fresh12 was written after
 every choice and is reported, never trained on)."""
-REPORT = ("heldout", "fresh12", "fresh13")
+REPORT = ("heldout", "fresh12", "fresh13", "fresh14")
 PENALTIES = (0.001, 0.01, 0.1)
 CHANNELS = ("msg", "rep", "ex")
 
@@ -106,7 +108,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, help="write the ranker here (default: only print the figures)")
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("HYDE_DATA_DIR", ".hyde")) / "conv_hits.json")
+    ap.add_argument("--train", default=",".join(TRAIN),
+                    help="the training pool: comma-separated sets of scripts/followup_table.py's SETS (fresh…) and "
+                         "'tune' for the tuning half (default: the pool the shipped weights were learned on)")
+    ap.add_argument("--report", default=",".join(REPORT),
+                    help="sets scored and never trained on ('heldout': the held-out half); default: %(default)s")
     args = ap.parse_args()
+    train_sets, report_sets = tuple(args.train.split(",")), tuple(args.report.split(","))
+    known = {"tune", "heldout", *(s for s in SETS if s.startswith("fresh"))}
+    if unknown := [s for s in (*train_sets, *report_sets) if s not in known]:
+        ap.error(f"unknown set(s) {unknown}: choose among {sorted(known)}")
+    if both := set(train_sets) & set(report_sets):
+        ap.error(f"{sorted(both)} both trained on and reported: a reported set is never trained on")
     sets = ["conversations", "followups", *[s for s in SETS if s.startswith("fresh")]]
     recordings = {s: str(ROOT / f"data/recordings/fresh_followups{s[5:]}.v2.rec1.jsonl") for s in sets
                   if s.startswith("fresh")}  # the hypotheses are cached with the rows; the ranker does not read them
@@ -114,13 +127,13 @@ def main() -> None:
     notations = {json.loads(line)["id"]: json.loads(line)["pattern"]
                  for line in (ROOT / "data/grammar.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()}
     data = examples(rows, notations)
-    train = [e for e in data if group(e["row"]) in TRAIN]
+    train = [e for e in data if group(e["row"]) in train_sets]
     print(f"{len(train)} follow-up messages to learn from ({sum(e['row']['kind'] == 'followup' for e in train)} "
           f"labelled follow-ups), {len(FEATURES)} features", file=sys.stderr)
     loso = {}
     for penalty in PENALTIES:
         hits = []
-        for left_out in TRAIN:
+        for left_out in train_sets:
             w = fit([e for e in train if group(e["row"]) != left_out], penalty)
             r1, _, n = recall([e for e in train if group(e["row"]) == left_out], w)
             hits.append((r1 * n, n))
@@ -130,16 +143,16 @@ def main() -> None:
     w = fit(train, penalty)
     print(f"\nchosen penalty {penalty}; the RRF fusion on the pool: {recall(train, None)[0]:.3f}\n")
     print("| set | follow-ups read as such (n) | RRF fusion (before) r@1 / r@5 | learned r@1 / r@5 |\n|---|---:|---:|---:|")
-    for name in (*TRAIN, *REPORT):
+    for name in (*train_sets, *report_sets):
         part = [e for e in data if group(e["row"]) == name]
         if part:
             b, a = recall(part, None), recall(part, w)
-            tag = " (reported, never trained on)" if name in REPORT else ""
+            tag = " (reported, never trained on)" if name in report_sets else ""
             print(f"| {name}{tag} | {b[2]} | {b[0]:.3f} / {b[1]:.3f} | {a[0]:.3f} / {a[1]:.3f} |")
     if args.out:
         note = (f"conditional logit, L2 {penalty} (leave-one-set-out recall@1 {loso[penalty]:.3f}), trained "
-                f"{dt.date.today().isoformat()} on {len(train)} follow-up messages of {'+'.join(TRAIN)}; "
-                f"never on {'+'.join(REPORT)}")
+                f"{dt.date.today().isoformat()} on {len(train)} follow-up messages of {'+'.join(train_sets)}; "
+                f"never on {'+'.join(report_sets)}")
         ranker = ConversationRanker(tuple(round(float(v), 4) for v in w), FEATURES, note)
         args.out.write_text(json.dumps({"features": list(ranker.features), "weights": list(ranker.weights),
                                         "trained_on": note}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")

@@ -226,3 +226,16 @@ def test_the_eval_arm_ranks_a_follow_up_as_the_pipeline_does(grammar: HydeRetrie
     assert ranked[0] == "g-b11" != rrf[0]
     assert ranked == [d.id for d in asyncio.run(grammar.search("grammar", item.text, history=history, use_hyde=False,
                                                                 top_k=5)).results]
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (["--train", "tune,fresh99"], "unknown set(s) ['fresh99']"),
+    (["--train", "tune,fresh14"], "['fresh14'] both trained on and reported"),
+])
+def test_the_training_script_refuses_an_unknown_set_or_one_both_trained_on_and_reported(flags, says) -> None:
+    import subprocess
+    import sys
+
+    script = DATA.parent / "scripts" / "train_conversation_ranker.py"
+    done = subprocess.run([sys.executable, str(script), *flags], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and says in done.stderr  # refused before anything is searched or fitted
