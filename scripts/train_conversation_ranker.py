@@ -15,7 +15,8 @@ scored, never trained on.
     HYDE_DATA_DIR=<dir with data/grammar.jsonl ingested> .venv/bin/python scripts/train_conversation_ranker.py \\
         --out src/hyde_tutor/hyde/conversation_ranker.json
     # another pool (here: the shipped one plus fresh12 and fresh13), scored on the held-out half and fresh14
-    ... scripts/train_conversation_ranker.py --train tune,fresh,...,fresh11,fresh12,fresh13 --report heldout,fresh14
+    HYDE_DATA_DIR=<…> .venv/bin/python scripts/train_conversation_ranker.py --report heldout,fresh14 \\
+        --train tune,fresh,fresh2,fresh3,fresh4,fresh5,fresh6,fresh7,fresh8,fresh9,fresh10,fresh11,fresh12,fresh13
 """
 
 from __future__ import annotations
@@ -118,6 +119,10 @@ def main() -> None:
     known = {"tune", "heldout", *(s for s in SETS if s.startswith("fresh"))}
     if unknown := [s for s in (*train_sets, *report_sets) if s not in known]:
         ap.error(f"unknown set(s) {unknown}: choose among {sorted(known)}")
+    if len(set(train_sets)) != len(train_sets) or len(set(report_sets)) != len(report_sets):
+        ap.error("a set is named twice in --train or --report")
+    if len(train_sets) < 2:
+        ap.error("--train needs at least two sets (the penalty is chosen by leaving one set out)")
     if both := set(train_sets) & set(report_sets):
         ap.error(f"{sorted(both)} both trained on and reported: a reported set is never trained on")
     sets = ["conversations", "followups", *[s for s in SETS if s.startswith("fresh")]]

@@ -231,6 +231,8 @@ def test_the_eval_arm_ranks_a_follow_up_as_the_pipeline_does(grammar: HydeRetrie
 @pytest.mark.parametrize(("flags", "says"), [
     (["--train", "tune,fresh99"], "unknown set(s) ['fresh99']"),
     (["--train", "tune,fresh14"], "['fresh14'] both trained on and reported"),
+    (["--train", "tune,fresh,fresh"], "named twice"),
+    (["--train", "tune"], "at least two sets"),
 ])
 def test_the_training_script_refuses_an_unknown_set_or_one_both_trained_on_and_reported(flags, says) -> None:
     import subprocess

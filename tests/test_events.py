@@ -55,6 +55,18 @@ def test_a_rating_reaches_only_the_subjects_own_turn(log: EventLog) -> None:
     assert [r.subject for r in log.ratings("t1")] == ["s1"]
 
 
+def test_a_learners_ratings_of_many_turns_are_read_at_once_and_only_their_own(log: EventLog) -> None:
+    for turn_id, subject in (("t1", "s1"), ("t2", "s1"), ("t3", "s1"), ("t4", "s2")):
+        log.add_turn(_turn(turn_id, subject))
+    assert log.add_rating(RatingEvent(turn_id="t1", subject="s1", rating=1))
+    assert log.add_rating(RatingEvent(turn_id="t2", subject="s1", rating=1, reason="сначала"))
+    assert log.add_rating(RatingEvent(turn_id="t2", subject="s1", rating=-1, reason="передумал"))  # the last counts
+    assert log.add_rating(RatingEvent(turn_id="t4", subject="s2", rating=1))
+    assert log.rated("s1", ["t1", "t2", "t3", "t4", "nope"]) == {"t1": (1, None), "t2": (-1, "передумал")}
+    assert log.rated("s2", ["t1", "t2", "t4"]) == {"t4": (1, None)}  # another learner's ratings are not theirs
+    assert log.rated("s1", []) == {}
+
+
 def test_retrievals_and_experiment_events_keep_their_order_and_turn(log: EventLog) -> None:
     rec = RetrievalRecord(experiment="x", arm="raw", use_hyde=False, reason="experiment", tool="grammar_search",
                           collection="grammar", stages_ms={"total_ms": 3.5}, hypothesis_sources=["agent"])

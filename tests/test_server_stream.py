@@ -105,3 +105,19 @@ def test_a_reloaded_page_can_still_rate_each_reply_and_sees_its_earlier_rating(t
             other.get("/")
             refused = other.post("/api/rating", json={"turn_id": turn_ids[0], "rating": 1})
             assert refused.status_code == 404
+
+
+def test_a_reloaded_page_keeps_its_conversation_when_the_ratings_cannot_be_read(tmp_path: Path, caplog) -> None:
+    parts = stub_parts(tmp_path, _settings(tmp_path), structured=False)
+    with TestClient(create_app(parts)) as client:
+        ask(client, "Как сказать «хочу»: 가고 싶어요", chat_id="broken")
+
+        def down(*args):  # type: ignore[no-untyped-def]
+            raise ConnectionError("database down")
+
+        parts.tutor.log.rated = down  # type: ignore[method-assign]
+        response = client.get("/api/chat/broken/messages")
+    shown = response.json()["messages"]
+    assert response.status_code == 200 and [m["role"] for m in shown] == ["learner", "tutor"]
+    assert "turn_id" in shown[1] and "rating" not in shown[1]  # still rateable; only the earlier rating is unknown
+    assert "could not read a learner's ratings" in caplog.text

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -118,6 +119,9 @@ class EventLog(Protocol):
     def last_turn(self, subject: str, conversation_id: str) -> TurnRecord | None:
         """The subject's latest turn in a conversation (the one a rephrase would follow), or None."""
 
+    def rated(self, subject: str, turn_ids: Sequence[str]) -> dict[str, tuple[int, str | None]]:
+        """The subject's last ``(rating, reason)`` of each of its own turns among ``turn_ids`` it rated (one read)."""
+
     def retrievals(self, turn_id: str | None = None) -> list[tuple[str | None, RetrievalRecord]]:
         """``(turn_id, record)`` pairs, oldest first (``turn_id`` given: that turn's only)."""
 
@@ -185,6 +189,12 @@ class MemoryEventLog:
         with self._lock:
             mine = [t for t in self._turns.values() if t.subject == subject and t.conversation_id == conversation_id]
         return max(mine, key=lambda t: t.timestamp, default=None)
+
+    def rated(self, subject: str, turn_ids: Sequence[str]) -> dict[str, tuple[int, str | None]]:
+        with self._lock:
+            turns = [self._turns.get(turn_id) for turn_id in turn_ids]
+        return {t.turn_id: (t.rating, t.rating_reason) for t in turns
+                if t is not None and t.subject == subject and t.rating is not None}
 
     def retrievals(self, turn_id: str | None = None) -> list[tuple[str | None, RetrievalRecord]]:
         with self._lock:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -289,6 +289,13 @@ class SqlEventLog:
         with self.database.reader.begin() as conn:
             row = conn.execute(query).mappings().first()
         return None if row is None else _turn_from_row(row)
+
+    def rated(self, subject: str, turn_ids: Sequence[str]) -> dict[str, tuple[int, str | None]]:
+        t = self.database.turns
+        query = t.select().with_only_columns(t.c.turn_id, t.c.rating, t.c.rating_reason).where(
+            t.c.subject == subject, t.c.turn_id.in_(list(turn_ids)), t.c.rating.is_not(None))
+        with self.database.reader.begin() as conn:
+            return {row.turn_id: (row.rating, row.rating_reason) for row in conn.execute(query)}
 
     def _rows(self, table: Any, column: str, value: str | None) -> list[Any]:
         """A table's rows oldest first; ``value`` given: only those whose ``column`` equals it."""

@@ -200,7 +200,10 @@ def create_app(parts: ServerParts) -> Starlette:
             return JSONResponse({"messages": []})
         shown = await shown_messages(store, f"{learner_tag(learner)}-{chat_id}", learner)
         if any("turn_id" in m for m in shown):
-            await asyncio.to_thread(_with_ratings, log, shown)
+            try:
+                await asyncio.to_thread(_with_ratings, log, learner, shown)
+            except Exception as exc:  # noqa: BLE001 - the conversation is still shown, without the earlier ratings
+                _log.warning("could not read a learner's ratings for a reloaded page: %s", type(exc).__name__)
         return JSONResponse({"messages": shown})
 
     async def rating(request: Request) -> Response:
@@ -277,12 +280,13 @@ def create_app(parts: ServerParts) -> Starlette:
                      middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts)])
 
 
-def _with_ratings(log: EventLog, shown: list[dict[str, Any]]) -> None:
-    """Add to each served reply the learner's last rating of its turn (``rating``: 1 or -1, and ``reason``), so a
-    reloaded page shows what was already rated. Only the turn's own learner can rate it (``/api/rating``)."""
+def _with_ratings(log: EventLog, learner: str, shown: list[dict[str, Any]]) -> None:
+    """Add to each served reply the learner's own last rating of its turn (``rating``: 1 or -1, and ``reason``; one
+    read for the whole conversation), so a reloaded page shows what was already rated."""
+    rated = log.rated(learner, [m["turn_id"] for m in shown if "turn_id" in m])
     for message in shown:
-        if "turn_id" in message and (ratings := log.ratings(message["turn_id"])):
-            message["rating"], message["reason"] = ratings[-1].rating, ratings[-1].reason
+        if message.get("turn_id") in rated:
+            message["rating"], message["reason"] = rated[message["turn_id"]]
 
 
 def _store_check(tutor: ServedTutor) -> Callable[[], Any]:

@@ -90,10 +90,13 @@ async def shown_messages(store: ConversationStore, conversation_id: str, scope: 
 
 def _tag_reply(conversation: Conversation, turn_id: str) -> None:
     """Mark the last new reply of ``conversation`` (not stored yet) as ``turn_id``'s. In place: the messages the
-    store already has are untouched, so the save still appends after them."""
-    new = conversation.messages[conversation.new_message_index or 0:]
+    store already has are untouched, so the save still appends after them. Where the conversation does not say
+    which messages are new, only a last reply without a turn is marked (a stored reply changed in place would read
+    as a rewritten history)."""
+    index = conversation.new_message_index
+    new = conversation.messages[index:] if index is not None else conversation.messages[-1:]
     reply = next((m for m in reversed(new) if isinstance(m, ModelResponse)), None)
-    if reply is not None:
+    if reply is not None and (index is not None or TURN_KEY not in (reply.metadata or {})):
         reply.metadata = {**(reply.metadata or {}), TURN_KEY: turn_id}
 
 
