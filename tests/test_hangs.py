@@ -148,6 +148,32 @@ def test_the_chaos_drill_stop_and_kill_under_concurrent_searches(isolated_env: P
     assert report.close_s is not None and report.close_s < 5.0, report
 
 
+def test_the_chaos_drill_ingests_its_corpus_under_a_setup_bound_and_closes_on_failure(
+        isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The drill's own ingest is setup: it does not run under the 2 s the searches get (a batch of 64 long
+    entries took longer on a busy CI machine and failed the drill before it began), the bound is back for the
+    searches, and a failing ingest closes the embedder's child instead of leaving it running."""
+    import hyde_tutor.corpus.ingest as ingest
+    from hyde_tutor.config import Settings
+    from hyde_tutor.evaluation.chaos import SETUP_BOUND_S, ChaosPlan, chaos_drill
+
+    seen: dict[str, object] = {}
+
+    def failing_ingest(docs, request, store, dense, sparse):  # type: ignore[no-untyped-def]
+        seen.update(wait=dense.wait_s(64) - dense.inner.start_allowance_s, child=dense.inner.call_timeout_s,
+                    dense=dense)
+        raise RuntimeError("ingest failed")
+
+    monkeypatch.setattr(ingest, "ingest_documents", failing_ingest)
+    with pytest.raises(RuntimeError, match="ingest failed"):
+        chaos_drill(Settings(dense={"embed_timeout_s": 2.0}), ChaosPlan(duration_s=1.0), data=DATA)  # type: ignore[arg-type]
+    assert seen["wait"] == SETUP_BOUND_S and seen["child"] == SETUP_BOUND_S
+    dense = seen["dense"]
+    assert dense.timeout_s == 2.0 and dense.inner.call_timeout_s == 2.0  # type: ignore[attr-defined]
+    with pytest.raises(EmbedderError, match="closed"):
+        dense.embed(["после"])  # type: ignore[attr-defined]
+
+
 async def test_a_search_tool_on_a_wedged_embedder_fails_cleanly_within_the_bound(retriever) -> None:  # type: ignore[no-untyped-def]
     """What the learner sees: the tool call ends with ``ToolFailed`` after the bound (the model answers without
     the reference and says search is unavailable), never a turn that waits forever."""

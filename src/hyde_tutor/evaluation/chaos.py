@@ -13,12 +13,14 @@ that started after the last event succeeded, and how long :meth:`close` took.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,10 @@ from ..config import Settings
 from ..errors import HydeTutorError
 
 __all__ = ["ChaosPlan", "ChaosReport", "chaos_drill", "run_chaos"]
+
+SETUP_BOUND_S = 120.0
+"""The bound on each embedding call while the drill ingests its corpus (setup, not under test): a batch of 64
+long entries on a busy machine can take longer than the few seconds the drill gives a search."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +139,20 @@ def _timed_close(hr: Any, limit_s: float = 10.0) -> float | None:
     return None if closer.is_alive() else time.monotonic() - started
 
 
+@contextlib.contextmanager
+def _setup_bound(dense: Any, inner: Any) -> Iterator[None]:
+    """Lift the embedding bound to :data:`SETUP_BOUND_S` on the batcher and its child process for the block."""
+    saved = [(obj, attr, getattr(obj, attr)) for obj, attr in ((dense, "timeout_s"), (inner, "call_timeout_s"))
+             if getattr(obj, attr, None) is not None]
+    for obj, attr, value in saved:
+        setattr(obj, attr, max(value, SETUP_BOUND_S))
+    try:
+        yield
+    finally:
+        for obj, attr, value in saved:
+            setattr(obj, attr, value)
+
+
 def chaos_drill(settings: Settings, plan: ChaosPlan = ChaosPlan(), *, data: Path = Path("data")) -> ChaosReport:
     """Ingest the bundled grammar with the configured embedder (it must run in a child process) in a temporary
     folder, then :func:`run_chaos`."""
@@ -149,8 +169,13 @@ def chaos_drill(settings: Settings, plan: ChaosPlan = ChaosPlan(), *, data: Path
             retriever.close()
             raise HydeTutorError("The chaos drill needs the embedder in a child process (HYDE_DENSE__PROCESS=true).")
         docs, _ = read_documents(data / "grammar.jsonl")
-        ingest_documents(docs, IngestRequest(collection="grammar", recreate=True, progress=False), retriever.store,
-                         retriever.dense, retriever.sparse)
+        try:
+            with _setup_bound(retriever.dense, inner):
+                ingest_documents(docs, IngestRequest(collection="grammar", recreate=True, progress=False),
+                                 retriever.store, retriever.dense, retriever.sparse)
+        except BaseException:
+            retriever.close()
+            raise
         queries = [json.loads(line)["text"] for line in
                    (data / "eval" / "grammar" / "queries.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
         hr = HydeRetriever(retriever, lambda d: None)  # type: ignore[arg-type, return-value]
