@@ -258,6 +258,19 @@ def test_notations_name_the_same_construction_by_their_morphemes() -> None:
     assert not name_match("-(으)ㄴ/는데도", "-(으)ㄴ / -는 / -(으)ㄹ")
 
 
+def test_a_name_with_the_plain_present_names_the_entry_written_without_it() -> None:
+    """Hypotheses write the plain present before a quoting ending (17 names in the recordings, e.g. «-ㄴ/는다고
+    하다», «-(ㄴ/는)대요»). The dummy verb 가 put before «는다» read as nonsense (가 + 는다고 + 하 + 고 + 하), the
+    longest reading won, and the name named nothing; -는다 follows a consonant stem only."""
+    from hyde_tutor.retrieval.naming import name_match
+    from hyde_tutor.retrieval.patterns import pattern_sequences
+
+    assert name_match("-ㄴ/는다고 하다", "-다고 하다") == 2 and name_match("-(ㄴ/는)다고 하다", "-다고 하다") == 2
+    assert name_match("-ㄴ/는대요", "-대요 / -래요") and name_match("-(ㄴ/는)다면서요?", "-다면서요?") == 2
+    assert pattern_sequences("-ㄴ/는다고 하다") == ((("다고", "E"), ("하", "V")),)
+    assert name_match("-는 것", "-는 것") == 2  # -는 the modifier still follows any stem
+
+
 def test_an_inflected_name_names_its_entry_and_an_exact_name_still_wins() -> None:
     """fresh_followups4/5/6 (dev sets): hypotheses name the form the learner needs, «-(으)려고 했는데», «-았/었지만»,
     «-(으)ㄹ까? / -자»; read whole, they named no entry and a neighbour stayed first."""

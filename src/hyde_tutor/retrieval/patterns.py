@@ -114,6 +114,15 @@ def _merge_jamo(text: str) -> str:
     return re.sub("([가-힣])([ㄱ-ㅎ])", merge, text)
 
 
+_CONSONANT_ONLY = re.compile("-는(다|대|단|답|냐|냬)")
+"""Endings whose ``는`` is the plain present after a consonant stem (``-는다고``, ``-는대요``; ``ㄴ`` after a vowel)."""
+
+
+def _has_coda(syllable: str) -> bool:
+    """Whether a Hangul syllable ends in a consonant (``먹``, not ``가``)."""
+    return bool((ord(syllable[-1]) - 0xAC00) % 28)
+
+
 def _with_stem(word: str, stem: str) -> str:
     """``word`` (an ending without its ``-``) on ``stem``: a lone consonant fuses with the stem's last syllable."""
     if word[:1] in _JAMO_CODA:
@@ -164,6 +173,8 @@ def _segment(words: list[str], trailing_da: bool) -> list[tuple[tuple[str, str],
         starts = list(_PARTICLE_NOUNS)
     found: list[tuple[tuple[str, str], ...]] = []
     for start in starts:
+        if start and _CONSONANT_ONLY.match(words[0]) and not _has_coda(start):
+            continue  # -는다 follows a consonant stem only (먹는다, 간다): on 가 the analyser reads nonsense
         pieces, dummies, at = [], [], 0
         for i, word in enumerate(words):
             if word.startswith("-") and word[1:]:
