@@ -103,12 +103,16 @@ def _slashed(word: str) -> list[str]:
     return [dash + (a + longest[1:] if len(a) == 1 and len(longest) > 2 else a) for a in alts]
 
 
+def _has_coda(syllable: str) -> bool:
+    """Whether a Hangul syllable ends in a consonant (``먹``, not ``가``)."""
+    return bool((ord(syllable[-1]) - 0xAC00) % 28)
+
+
 def _merge_jamo(text: str) -> str:
     """A syllable followed by a lone consonant becomes one syllable: ``으ㄹ`` -> ``을``, ``스ㅂ`` -> ``습``."""
     def merge(m: re.Match[str]) -> str:
         syllable, jamo = m.group(1), m.group(2)
-        base = ord(syllable) - 0xAC00
-        if base % 28 or jamo not in _JAMO_CODA:
+        if _has_coda(syllable) or jamo not in _JAMO_CODA:
             return m.group(0)
         return chr(ord(syllable) + ord(_JAMO_CODA[jamo]) - 0x11A7)
     return re.sub("([가-힣])([ㄱ-ㅎ])", merge, text)
@@ -116,11 +120,6 @@ def _merge_jamo(text: str) -> str:
 
 _CONSONANT_ONLY = re.compile("-는(다|대|단|답|냐|냬)")
 """Endings whose ``는`` is the plain present after a consonant stem (``-는다고``, ``-는대요``; ``ㄴ`` after a vowel)."""
-
-
-def _has_coda(syllable: str) -> bool:
-    """Whether a Hangul syllable ends in a consonant (``먹``, not ``가``)."""
-    return bool((ord(syllable[-1]) - 0xAC00) % 28)
 
 
 def _with_stem(word: str, stem: str) -> str:
