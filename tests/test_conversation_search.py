@@ -35,7 +35,7 @@ def test_the_follow_up_detector_reads_ellipsis_and_pointers_not_new_questions() 
 
 def test_a_new_question_is_searched_alone_and_a_follow_up_with_what_was_taught() -> None:
     assert conversation_queries(BUSAN, "Как сказать, что я чуть не опоздал на поезд?") == (
-        ("Как сказать, что я чуть не опоздал на поезд?", 1.0),)
+        ("я чуть не опоздал на поезд?", 1.0),)  # alone, without its question frame
     queries = [q for q, _ in conversation_queries(BUSAN, "А в прошедшем времени?")]
     assert queries[0] == "А в прошедшем времени?" and "-고 싶다" in queries[1] and "Пусан" in queries[2]
     assert conversation_queries(BUSAN[:1], "А в прошедшем?", "auto") == (
@@ -43,6 +43,19 @@ def test_a_new_question_is_searched_alone_and_a_follow_up_with_what_was_taught()
     assert conversation_queries(BUSAN, "А в прошедшем?", "context") == (
         ("Как сказать, что я хочу поехать в Пусан? А в прошедшем?", 1.0),)
     assert conversation_queries((), "А в прошедшем?") == (("А в прошедшем?", 1.0),)
+
+
+def test_a_question_is_searched_without_its_frame_but_never_emptied() -> None:
+    from hyde_tutor.hyde.conversation import without_frame
+
+    assert without_frame("Как сказать, что я чуть не опоздал на поезд?") == "я чуть не опоздал на поезд?"
+    assert without_frame("А как по-корейски будет «я уже поел»?") == "«я уже поел»?"
+    assert without_frame("Кстати, как правильно сказать: мне нужно уйти") == "мне нужно уйти"
+    assert without_frame("Как сказать наоборот?") == "Как сказать наоборот?"  # one word would be left
+    assert without_frame("Как вежливо попросить учителя повторить?") == "Как вежливо попросить учителя повторить?"
+    assert without_frame("Что значит -지만?") == "Что значит -지만?"
+    assert conversation_queries((), "Как сказать, что я устал?") == (("я устал?", 1.0),)
+    assert conversation_queries((), "Как сказать, что я устал?", "message") == (("я устал?", 1.0),)
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +110,20 @@ def test_the_chat_keeps_the_reply_the_learner_saw_for_the_next_search(retriever)
     turn = answer_turn(build_tutor_agent(model, mode="retrieve-first", grounded=True), TutorDeps(retriever=hr), "Хочу?")
     role, reply = conversation(turn.messages)[-1]
     assert role == "assistant" and reply == turn.text and reply.startswith("Подойдёт **")  # not the raw JSON
+
+
+def test_a_framed_question_is_searched_for_its_content_and_still_read_as_new(grammar: HydeRetriever) -> None:
+    from hyde_tutor.hyde.request import SearchRequest
+
+    text = "Как спросить у хозяйки квартиры, можно ли мне завести кошку?"  # data/eval/conversations, cv-n14
+    as_typed = [h.doc_id for h in grammar.retriever.search("grammar", text, top_k=10)]
+    assert as_typed[0] == "g-d07"  # «спросить» pulls up -냐고 묻다 (a reported question)
+    assert _ids(grammar, text)[0] == "g-b06"  # -아/어도 되다, «можно ли мне», found for the learner's content
+    plan = asyncio.run(grammar._plan(SearchRequest(collection="grammar", text=text, history=BUSAN)))
+    assert plan.search_text == "у хозяйки квартиры, можно ли мне завести кошку?" and not plan.followup
+    assert plan.lead == 0  # a new question: the hypothesis's top does not lead, as before
+    plan = asyncio.run(grammar._plan(SearchRequest(collection="grammar", text="А в прошедшем?", history=BUSAN)))
+    assert plan.followup and plan.lead == 1
 
 
 def test_a_follow_up_keeps_both_what_was_taught_and_what_the_message_asks(grammar: HydeRetriever) -> None:
@@ -306,7 +333,7 @@ def test_a_negated_construction_names_the_construction_not_the_negation() -> Non
     """The held-out half (cv-f15) and fresh_followups8 (w26-27, dev sets): a negative promise «-지 않을게요» was read
     as -지 않다 with an ending and led with the negation entry, where the learner needs -(으)ㄹ게요."""
     from hyde_tutor.hyde.domains import DOMAINS
-    from hyde_tutor.hyde.named import lead_named, name_strength
+    from hyde_tutor.hyde.named import NO_NAME, lead_named, name_strength
     from hyde_tutor.retrieval.naming import negation_match
 
     assert negation_match("-지 않을게요", "-(으)ㄹ게요") == 1 and negation_match("안 -(으)ㄹ게요", "-(으)ㄹ게요") == 1
@@ -314,7 +341,7 @@ def test_a_negated_construction_names_the_construction_not_the_negation() -> Non
     assert not negation_match("-지 않아요", "-아요/어요")  # a plain style ending: the name is about the negation
     assert not negation_match("-지 않다", "안 / -지 않다") and not negation_match("-지 않을게요", "안 / -지 않다")
     assert not negation_match("-고 싶지 않다", "-고 싶다")  # the negation must come first
-    assert name_strength(["-지 않을게요"], "-(으)ㄹ게요") > name_strength(["-지 않을게요"], "안 / -지 않다") > (0,) * 6
+    assert name_strength(["-지 않을게요"], "-(으)ㄹ게요") > name_strength(["-지 않을게요"], "안 / -지 않다") > NO_NAME
     assert name_strength(["-지 않다"], "안 / -지 않다") > name_strength(["-지 않다"], "-(으)ㄹ게요")  # exact wins
 
     def first(name: str, *pairs: tuple[str, str]) -> str:

@@ -109,12 +109,35 @@ def looks_like_followup(text: str) -> bool:
     return opener or (pointer and len(own) <= 3) or (len(own) <= 1 and not named)
 
 
+_QUESTION_FRAME = re.compile(
+    r"^\s*(?:(?:а|и|кстати,?|другой вопрос[:.,]?)\s+)*"
+    r"(?:как\s+(?:по-корейски\s+)?(?:мне\s+)?(?:правильно\s+)?"
+    r"(?:сказать|будет|перевести|выразить|написать|ответить|спросить|описать)(?:\s+по-корейски)?"
+    r"|как\s+по-корейски)\s*(?:,?\s*что\s+|:\s*)?", re.IGNORECASE)
+
+
+def without_frame(text: str) -> str:
+    """The message without its leading question frame: «Как сказать, что я чуть не опоздал на поезд?» → «я чуть
+    не опоздал на поезд?». Searched as typed, «сказать, что» makes the reported-speech entries (-다고 하다,
+    -(으)라고 하다) look relevant to every such question; the learner's content is what names the construction.
+    Unchanged when fewer than two words would remain («Как сказать наоборот?»)."""
+    frame = _QUESTION_FRAME.match(text)
+    rest = text[frame.end():] if frame else text
+    return rest if len(rest.split()) >= 2 else text
+
+
+def reads_as_followup(history: Sequence[Message], text: str, mode: ConversationMode = DEFAULT_CONVERSATION_MODE) -> bool:
+    """Whether the raw channel searches ``text`` with the conversation (``mode`` and the detector decide)."""
+    return bool(history) and mode != "message" and (mode != "auto" or looks_like_followup(text))
+
+
 def conversation_queries(history: Sequence[Message], text: str, mode: ConversationMode = DEFAULT_CONVERSATION_MODE,
                          max_chars: int = 1000) -> tuple[tuple[str, float], ...]:
     """What the raw channel searches for ``text`` after ``history``: ``(query, RRF weight)`` pairs, fused
-    (:data:`CONVERSATION_RRF_K`) when there are several (see :data:`ConversationMode`)."""
-    if not history or mode == "message" or (mode == "auto" and not looks_like_followup(text)):
-        return ((text, 1.0),)
+    (:data:`CONVERSATION_RRF_K`) when there are several (see :data:`ConversationMode`). A message that is not
+    read as a follow-up is searched alone, without its question frame (:func:`without_frame`)."""
+    if not reads_as_followup(history, text, mode):
+        return ((without_frame(text), 1.0),)
     joined = context_query(history, text, max_chars)
     text = text.strip()
     reply = last_said(history, "assistant")[:REPLY_CHARS]

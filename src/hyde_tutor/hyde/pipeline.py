@@ -24,7 +24,7 @@ from .hypotheses import Domain, GenerationResult, Hypothesis, HypothesisGenerato
 from .request import SearchRequest
 from .requests import render_recording
 from .plan import Hypotheses, Plan, Ranked, agent_usage, result_errors
-from .conversation import DEFAULT_CONVERSATION_MODE, conversation_queries
+from .conversation import DEFAULT_CONVERSATION_MODE, conversation_queries, reads_as_followup
 from .conversation_rank import follow_up_for, ranked_depth
 from .cache import make_cache
 from ..telemetry import logfire
@@ -212,10 +212,10 @@ class HydeRetriever:
         mode = request.conversation or DEFAULT_CONVERSATION_MODE
         queries = conversation_queries(history, text, mode, self.retriever.settings.max_query_chars)
         search_text = queries[0][0]
+        followup = reads_as_followup(history, text, mode) and (len(queries) > 1 or search_text != text)
         follow_up = follow_up_for(history, text, queries, mode, DOMAINS[domain].name_field)
-        return Plan(follow_up=follow_up, request=request, text=text, search_text=search_text, top_k=top_k,
-                    depth=ranked_depth(follow_up, depth),
-                    queries=queries if len(queries) > 1 else (),
+        return Plan(follow_up=follow_up, followup=followup, request=request, text=text, search_text=search_text,
+                    top_k=top_k, depth=ranked_depth(follow_up, depth), queries=queries if len(queries) > 1 else (),
                     candidates=candidates, fusion=fusion,
                     use_hyde=policy.enabled if request.use_hyde is None else bool(request.use_hyde),
                     n_hypotheses=request.n_hypotheses or policy.n_hypotheses,

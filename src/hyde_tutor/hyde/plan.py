@@ -20,7 +20,8 @@ class Plan:
     request: SearchRequest
     text: str
     search_text: str
-    """What the raw channel searches: the query, or for a follow-up the previous question and the query."""
+    """What the raw channel searches: the query without its question frame, or for a follow-up the previous
+    question and the query."""
     queries: tuple[tuple[str, float], ...] = ()
     """Several searches fused (weighted RRF) into the raw channel: a follow-up alone and with its context
     (:func:`~hyde_tutor.hyde.conversation.conversation_queries`); empty: ``search_text`` alone."""
@@ -34,6 +35,8 @@ class Plan:
     want_questions: bool
     has_questions: bool
     policy: HydePolicy
+    followup: bool = False
+    """Whether the raw channel searches the conversation (the message was read as a follow-up)."""
     follow_up: FollowUp | None = None
     """A follow-up whose three conversation searches the learned ranker orders
     (:mod:`~hyde_tutor.hyde.conversation_rank`); None: they are fused by RRF alone."""
@@ -49,11 +52,6 @@ class Plan:
     @property
     def one_call(self) -> bool:
         return (self.request.generation or self.policy.generation) == "one_call"
-
-    @property
-    def followup(self) -> bool:
-        """Whether the raw channel searched the conversation (the message was read as a follow-up)."""
-        return bool(self.queries) or self.search_text != self.text
 
     @property
     def lead(self) -> int:
