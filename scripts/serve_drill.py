@@ -47,6 +47,8 @@ REPLY_WORDS = ("Скажите так: 주말에 부산에 가고 싶어요. К�
 
 
 TOKEN = "drill-operator-token"
+PY_SPY = Path(sys.executable).parent / "py-spy"
+"""The sampling profiler ``--py-spy`` runs (the ``profile`` extra: ``pip install -e '.[profile]'``)."""
 HYPOTHESIS = "Конструкция: -고 싶다\nНазвание: желание\nПример: 가고 싶어요. — Хочу пойти."
 
 
@@ -128,7 +130,7 @@ async def learner(url: str, n: int, questions: list[str], turns: int,
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--turns", type=int, default=8, help="questions per session, one after another")
@@ -147,7 +149,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (each serves its own copy "
                                                                 "of the embedded store)")
     parser.add_argument("--py-spy", type=Path, help="profile the server with py-spy into this file (raw stacks)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.py_spy and not PY_SPY.exists():
+        parser.error(f"--py-spy needs py-spy, which is not installed ({PY_SPY}): pip install -e '.[profile]'")
     data_dir = Path(os.environ.get("HYDE_DATA_DIR", ".hyde")).resolve()
     if args.database == "throwaway-postgresql":
         sys.path.insert(0, str(ROOT))
@@ -191,7 +195,7 @@ def drill(args: argparse.Namespace, data_dir: Path) -> None:
             _wait_idle(server.pid, deadline)  # the first healthy answer came from one worker; the others may still load
         spy = None
         if args.py_spy:
-            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(server.pid), "--gil", "--format", "raw",
+            spy = subprocess.Popen([str(PY_SPY), "record", "--pid", str(server.pid), "--gil", "--format", "raw",
                                     "--rate", "100", "--output", str(args.py_spy),
                                     *(["--subprocesses"] if args.workers > 1 else [])], stdout=subprocess.DEVNULL)
             time.sleep(2)

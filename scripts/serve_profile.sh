@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 40's measurement, in one run on a quiet machine: `hyde-tutor bench --load` (400 tool calls, 50 concurrent)
 # against the same collections, the served drill (50 sessions x 8 turns) with the stub at 40 and at 1,000 tokens/s,
-# and one more drill at 1,000 tokens/s under py-spy (its profile table: scripts/profile_table.py).
+# and one more drill at 1,000 tokens/s under py-spy (its profile table: scripts/profile_table.py; py-spy is the
+# `profile` extra: .venv/bin/pip install -e '.[profile]').
 #   HYDE_DATA_DIR=/work/drill scripts/serve_profile.sh OUT_DIR [extra serve_drill.py options, e.g. --loop asyncio]
 set -euo pipefail
 out=${1:?an output folder}; shift
