@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -168,6 +171,20 @@ def retriever(tmp_path: Path, hash_embedder: HashEmbedder, bm25: Bm25Encoder) ->
     r = Retriever(store, hash_embedder, bm25)
     yield r
     r.close()
+
+
+def load_script(name: str) -> ModuleType:
+    """``scripts/<name>.py`` as a module (scripts are not a package; a script may import its siblings, so the
+    folder is on ``sys.path`` while it loads)."""
+    folder = str(ROOT / "scripts")
+    sys.path.insert(0, folder)
+    try:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    finally:
+        sys.path.remove(folder)
+    return module
 
 
 def setting_keys(model: type[BaseModel], prefix: str = "HYDE_") -> set[str]:

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from .conftest import DATA
+from .conftest import load_script
 
 
 def _apply():
-    spec = importlib.util.spec_from_file_location("apply_relabel", DATA.parent / "scripts" / "apply_relabel.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module.apply
+    return load_script("apply_relabel").apply
 
 
 def _sets(root: Path) -> None:

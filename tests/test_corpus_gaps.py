@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-from .conftest import DATA
+from .conftest import load_script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("corpus_gaps", DATA.parent / "scripts" / "corpus_gaps.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    return load_script("corpus_gaps")
 
 
 def test_an_entry_that_teaches_part_of_the_named_construction_covers_it() -> None:

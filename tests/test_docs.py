@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -15,15 +14,12 @@ from pydantic import BaseModel
 
 from hyde_tutor import Settings
 
-from .conftest import DATA, ROOT, setting_keys
+from .conftest import DATA, ROOT, load_script, setting_keys
 from .examples import all_examples, example, run
 
 
 def _settings_doc():
-    spec = importlib.util.spec_from_file_location("settings_doc", ROOT / "scripts" / "settings_doc.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    return load_script("settings_doc")
 
 
 def undocumented(settings: type[BaseModel], page: str, env_example: str) -> dict[str, list[str]]:

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from .conftest import DATA
+from .conftest import load_script
 
 
 def _build():
-    spec = importlib.util.spec_from_file_location("fresh_set", DATA.parent / "scripts" / "fresh_set.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module.build
+    return load_script("fresh_set").build
 
 
 def _chat(qid: str, kind: str = "followup") -> dict:

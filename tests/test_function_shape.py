@@ -4,18 +4,13 @@ not mean editing every caller. Counted by ``scripts/function_sizes.py``."""
 
 from __future__ import annotations
 
-import importlib.util
-
-from .conftest import ROOT
+from .conftest import ROOT, load_script
 
 MAX_PARAMETERS = 8
 
 
 def _function_sizes():
-    spec = importlib.util.spec_from_file_location("function_sizes", ROOT / "scripts" / "function_sizes.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    return load_script("function_sizes")
 
 
 def test_no_function_outside_the_cli_takes_more_than_8_parameters() -> None:

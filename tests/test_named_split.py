@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-
-from .conftest import DATA
+from .conftest import load_script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("named_split", DATA.parent / "scripts" / "named_split.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    return load_script("named_split")
 
 
 def test_a_message_after_two_conversations_keeps_each_conversations_name() -> None:
