@@ -45,7 +45,8 @@ SETS = {"followups": "data/eval/followups", "conversations": "data/eval/conversa
         "fresh9": "data/eval/fresh_followups9", "fresh10": "data/eval/fresh_followups10",
         "fresh11": "data/eval/fresh_followups11", "fresh12": "data/eval/fresh_followups12",
         "fresh13": "data/eval/fresh_followups13", "fresh14": "data/eval/fresh_followups14",
-        "fresh15": "data/eval/fresh_followups15", "fresh16": "data/eval/fresh_followups16"}
+        "fresh15": "data/eval/fresh_followups15", "fresh16": "data/eval/fresh_followups16",
+        "fresh17": "data/eval/fresh_followups17"}
 AGENT_SETS = ("followups", "fresh5")
 """The sets whose agent turns are recorded (data/recordings/agent/): the agent rows run on these only."""
 ROWS: dict[str, tuple[str, str]] = {

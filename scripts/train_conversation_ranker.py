@@ -45,7 +45,7 @@ TRAIN = ("tune", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fre
          "fresh11")
 """The dev pool: the tuning half and every outside set that had a choice made on it (fresh12 was written after
 every choice and is reported, never trained on)."""
-REPORT = ("heldout", "fresh12", "fresh13", "fresh14", "fresh15", "fresh16")
+REPORT = ("heldout", "fresh12", "fresh13", "fresh14", "fresh15", "fresh16", "fresh17")
 PENALTIES = (0.001, 0.01, 0.1)
 CHANNELS = ("msg", "rep", "ex")
 

@@ -78,7 +78,7 @@ def test_the_conversation_sets_label_entries_of_the_grammar_corpus_they_carry() 
                  "fresh_followups4", "fresh_followups5", "fresh_followups6", "fresh_followups7",
                  "fresh_followups8", "fresh_followups9", "fresh_followups10",
                  "fresh_followups11", "fresh_followups12", "fresh_followups13", "fresh_followups14",
-                 "fresh_followups15", "fresh_followups16"):
+                 "fresh_followups15", "fresh_followups16", "fresh_followups17"):
         ds = load_beir(DATA / "eval" / name)
         assert _lines(DATA / "eval" / name / "corpus.jsonl") == grammar, name
         assert ds.queries and all(doc in ids for rel in ds.qrels.values() for doc in rel), name
