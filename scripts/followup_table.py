@@ -47,7 +47,7 @@ SETS = {"followups": "data/eval/followups", "conversations": "data/eval/conversa
         "fresh13": "data/eval/fresh_followups13", "fresh14": "data/eval/fresh_followups14",
         "fresh15": "data/eval/fresh_followups15", "fresh16": "data/eval/fresh_followups16",
         "fresh17": "data/eval/fresh_followups17"}
-AGENT_SETS = ("followups", "fresh5")
+AGENT_SETS = ("followups", "fresh5", "fresh17")
 """The sets whose agent turns are recorded (data/recordings/agent/): the agent rows run on these only."""
 ROWS: dict[str, tuple[str, str]] = {
     # label: (policy spec, how the hypothesis meets the raw channel)
