@@ -138,6 +138,21 @@ def test_reingesting_unchanged_files_reports_no_rate(small_corpus: Path) -> None
     assert "nothing to write" in again.output and "0 docs/s" not in again.output
 
 
+def test_a_partial_reingest_rates_the_documents_read_not_the_few_written() -> None:
+    """Five changed entries of 210 read in 9.4 s printed «(1 docs/s)» under a progress bar at 22 doc/s."""
+    from hyde_tutor.corpus.ingest import IngestReport
+
+    line = IngestReport("grammar", "data/grammar.jsonl", documents=210, written=5, unchanged=205, seconds=9.4).summary()
+    assert "5 written, 205 unchanged" in line and "(22 docs/s read)" in line
+
+
+def test_the_chat_help_shows_its_pipe_example_on_one_line() -> None:
+    """The docstring's «\\n» was a real line break: the help showed «printf 'вопрос» and «' | hyde-tutor chat» apart."""
+    result = _invoke("chat", "--help")
+    assert result.exit_code == 0
+    assert "printf 'вопрос\\n' | hyde-tutor chat" in " ".join(result.output.split())
+
+
 def test_the_cli_starts_without_loading_the_engines() -> None:
     """`hyde-tutor --help` took 3.3 s importing qdrant-client, pydantic-ai and the embedders at start-up."""
     import subprocess

@@ -23,7 +23,7 @@ def chat(
     """Chat with the example tutor (shows searches and whether HyDE was used).
 
     Reads questions from standard input when it is not a terminal, one per line, prints each answer
-    and exits 0 at the end: printf 'вопрос\n' | hyde-tutor chat
+    and exits 0 at the end: printf 'вопрос\\n' | hyde-tutor chat
     """
     from ..tutor.chat import CHAT_MODES, build_tutor_agent, chat_loop, default_chat_mode, warm_up_in_background
     from ..experiment.assignment import ReloadableExperiment

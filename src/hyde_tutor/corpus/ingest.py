@@ -38,14 +38,14 @@ class IngestReport:
         return not self.bad_lines
 
     def summary(self) -> str:
-        rate = self.written / self.seconds if self.seconds > 0 else 0.0
+        rate = self.documents / self.seconds if self.seconds > 0 else 0.0  # every document read, as the progress bar
         lines = [
             f"{self.collection}: {self.documents} documents read from {self.source}; "
             f"{self.written} written, {self.unchanged} unchanged (skipped), "
             f"{len(self.bad_lines)} bad lines; "
             + ("" if self.deleted is None else f"{self.deleted} deleted (no longer in the file); ")
             + f"{self.points_in_collection} points in collection; "
-            + (f"{self.seconds:.1f} s ({rate:.0f} docs/s)" if self.written else f"{self.seconds:.1f} s, nothing to write")
+            + (f"{self.seconds:.1f} s ({rate:.0f} docs/s read)" if self.written else f"{self.seconds:.1f} s, nothing to write")
         ]
         lines += [f"  skipped {err}" for err in self.bad_lines]
         return "\n".join(lines)
