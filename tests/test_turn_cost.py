@@ -147,3 +147,34 @@ def test_the_tutor_agent_is_named_so_a_run_does_not_look_for_its_name() -> None:
 
     for mode in ("tools", "retrieve-first"):
         assert build_tutor_agent(TestModel(), mode=mode, grounded=mode == "retrieve-first").name == AGENT_NAME
+
+
+def test_a_served_app_tunes_the_garbage_collector_while_it_serves_and_puts_it_back(tmp_path) -> None:
+    """Was: Python's default threshold (700) ran the collector about twice a turn and every full collection
+    walked the objects loaded at startup: ~10 % of a worker's CPU (issue 40). While the app serves, the young
+    threshold is the setting's and the startup objects are frozen; after shutdown both are as they were; 0 leaves
+    the collector alone."""
+    import gc
+
+    from starlette.testclient import TestClient
+
+    from hyde_tutor.server import create_app
+
+    from .served_stub import stub_parts
+    from .test_server_api import _settings, ask
+
+    before = gc.get_threshold()
+    settings = _settings(tmp_path)
+    assert settings.server.gc_threshold == 20_000  # the default
+    with TestClient(create_app(stub_parts(tmp_path, settings))) as client:
+        assert gc.get_threshold() == (20_000, *before[1:])
+        assert gc.get_freeze_count() > 10_000  # the models, the corpus, the modules
+        response, chunks = ask(client, "Как сказать «хочу»?")
+        assert response.status_code == 200
+        assert [c["data"]["failed"] for c in chunks if c["type"] == "data-reply"] == [False]
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+    settings.server.gc_threshold = 0
+    with TestClient(create_app(stub_parts(tmp_path / "off", settings))) as client:
+        assert gc.get_threshold() == before and gc.get_freeze_count() == 0

@@ -45,6 +45,10 @@ class ServerSettings(BaseModel):
                                        "X-Forwarded-For (client address) and X-Forwarded-Proto (https) believed.")
     max_requests: int = Field(6, ge=1, le=50, description="Model requests per turn.")
     turn_timeout_s: float = Field(300.0, gt=0, description="A turn running longer is stopped.")
+    gc_threshold: int = Field(20_000, ge=0, description="Python's young-generation garbage-collection threshold "
+                              "while serving, and the objects loaded at startup frozen out of collections (0: "
+                              "Python's own settings, 700). At 700 the collector ran about twice a turn and took "
+                              "~10 % of a worker's CPU (docs/MEASUREMENTS.md, issue 40).")
 
     @field_validator("trusted_proxies")
     @classmethod

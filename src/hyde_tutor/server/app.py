@@ -10,6 +10,7 @@ builds its own parts; they share the database and the secret).
 from __future__ import annotations
 
 import asyncio
+import gc
 import hmac
 import logging
 import math
@@ -263,10 +264,14 @@ def create_app(parts: ServerParts) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await tutor.warm_up()
-        yield
-        await tutor.drain()  # uvicorn has let the turns in flight finish; then the judgements
-        for close in parts.closers:
-            close()
+        restore = tune_collector(server.gc_threshold)
+        try:
+            yield
+            await tutor.drain()  # uvicorn has let the turns in flight finish; then the judgements
+            for close in parts.closers:
+                close()
+        finally:
+            restore()
 
     hosts = list(dict.fromkeys([*server.allowed_hosts, server.host]))
     routes = [
@@ -278,6 +283,28 @@ def create_app(parts: ServerParts) -> Starlette:
     ]
     return Starlette(routes=routes, lifespan=lifespan,
                      middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts)])
+
+
+def tune_collector(threshold: int) -> Callable[[], None]:
+    """Set Python's young-generation collection threshold to ``threshold`` and freeze the objects alive now (the
+    models, the corpus, the modules: loaded at startup, never garbage) out of every later collection; returns the
+    call that puts both back. ``threshold`` 0 changes nothing.
+
+    A served turn allocates ~1,400 container objects that live across its awaits; at Python's default (700) the
+    collector ran about twice a turn, promoted turns in flight to the older generations and scanned them again,
+    and every full collection walked the ~300,000 objects loaded at startup (docs/MEASUREMENTS.md, issue 40)."""
+    if threshold <= 0:
+        return lambda: None
+    before = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(threshold, *before[1:])
+
+    def restore() -> None:
+        gc.set_threshold(*before)
+        gc.unfreeze()
+
+    return restore
 
 
 def _with_ratings(log: EventLog, learner: str, shown: list[dict[str, Any]]) -> None:
