@@ -178,3 +178,21 @@ def test_a_served_app_tunes_the_garbage_collector_while_it_serves_and_puts_it_ba
     settings.server.gc_threshold = 0
     with TestClient(create_app(stub_parts(tmp_path / "off", settings))) as client:
         assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_apps_that_stop_in_any_order_leave_the_collector_as_python_had_it() -> None:
+    """Two apps in one process (tests; an app embedding another): the first one out must not put Python's
+    settings back under the other, nor the last one out leave the served threshold behind."""
+    import gc
+
+    from hyde_tutor.server.app import tune_collector
+
+    before = gc.get_threshold()
+    first = tune_collector(20_000)
+    second = tune_collector(5_000)
+    assert gc.get_threshold() == (5_000, *before[1:])
+    first()  # the first app stops while the second still serves: still tuned
+    assert gc.get_threshold() == (5_000, *before[1:]) and gc.get_freeze_count() > 0
+    first()  # twice is once
+    second()
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
