@@ -185,7 +185,7 @@ def test_apps_that_stop_in_any_order_leave_the_collector_as_python_had_it() -> N
     settings back under the other, nor the last one out leave the served threshold behind."""
     import gc
 
-    from hyde_tutor.server.app import tune_collector
+    from hyde_tutor.server.collector import tune_collector
 
     before = gc.get_threshold()
     first = tune_collector(20_000)
